@@ -1,0 +1,351 @@
+"""The beat loop's logic, one ``tick(now)`` at a time, with time passed in.
+
+``schedulers.DurableScheduler`` adapts this to Celery; tests drive it directly with a fake
+publisher and moved time. While the database answers, the database decides everything
+(SPEC §1). While it does not, beat keeps firing the code-defined schedules from memory and
+writes what it did once the database is back (R5, fail open).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django.db import DatabaseError, close_old_connections, connection
+
+from . import clock, conf, ledger, timing
+from .codesync import CodeEntry
+from .codesync import sync as sync_code
+from .enums import Reason
+from .policy import Defer, Due, Fire, Miss, decide
+
+logger = logging.getLogger("durablebeat")
+
+Publisher = Callable[[ledger.Claim], None]
+#: hooks run by the loop while the database answers, e.g. orphan reclaim (R15)
+Hook = Callable[["Engine", dt.datetime], None]
+
+
+@dataclass
+class _Planned:
+    """A code-defined schedule as beat remembers it, for firing while the database is down."""
+
+    entry: CodeEntry
+    next_fire_at: dt.datetime | None
+    reason: str = Reason.SCHEDULED
+
+
+@dataclass
+class _OutageFire:
+    schedule: str
+    slot: dt.datetime
+    reason: str
+    task_id: str
+    published_at: dt.datetime | None
+    next_fire_at: dt.datetime | None
+
+
+@dataclass
+class Engine:
+    code_entries: list[CodeEntry]
+    publish: Publisher
+    boot_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    hostname: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+    hooks: list[Hook] = field(default_factory=list)
+
+    db_ok: bool = False
+    booted: bool = False
+    caught_up: set[int] = field(default_factory=set)
+    plan: dict[str, _Planned] = field(default_factory=dict)
+    outage_fires: list[_OutageFire] = field(default_factory=list)
+    _last_db_try: dt.datetime | None = None
+    _last_heartbeat: dt.datetime | None = None
+    _bad_logged: set[tuple[int, str]] = field(default_factory=set)
+
+    # --- the loop ---------------------------------------------------------------------
+
+    def tick(self, now: dt.datetime) -> float:
+        """Do what is due at ``now``; return seconds until beat should look again."""
+        clock.check_aware(now, "now")
+        s = conf.settings
+        if not self.db_ok:
+            retry = self._last_db_try is None or now - self._last_db_try >= s.DB_RETRY_INTERVAL
+            if retry:
+                self._connect(now)
+        if self.db_ok:
+            try:
+                return self._tick_db(now)
+            except DatabaseError as exc:
+                self._lost_db(now, exc)
+        return self._tick_memory(now)
+
+    def close(self, now: dt.datetime) -> None:
+        if self.db_ok:
+            try:
+                ledger.stop_boot(self.boot_id, now)
+            except DatabaseError:
+                logger.warning("could not record beat stop", exc_info=True)
+
+    # --- with the database -------------------------------------------------------------
+
+    def _connect(self, now: dt.datetime) -> None:
+        self._last_db_try = now
+        try:
+            close_old_connections()
+            connection.ensure_connection()
+            ledger.register_boot(self.boot_id, self.hostname, self.pid, now)
+            rows = sync_code(self.code_entries, now)
+            self._reconcile_outage(now)
+        except DatabaseError as exc:
+            connection.close()
+            if self.plan == {} and not self.booted:
+                self._plan_from_code(now)
+            logger.error(
+                "database unreachable, firing code-defined schedules from memory: %s",
+                exc,
+                extra={"event": "db_unreachable", "boot": str(self.boot_id)},
+            )
+            self.db_ok = False
+            return
+        self.db_ok, self.booted, self._last_heartbeat = True, True, now
+        self.plan = {
+            name: _Planned(e, rows[name].next_fire_at, rows[name].next_fire_reason)
+            for name, e in ((e.name, e) for e in self.code_entries)
+        }
+        self._refresh_plan()
+        logger.info(
+            "beat boot %s on %s:%d: database reachable, %d code schedules synced",
+            self.boot_id,
+            self.hostname,
+            self.pid,
+            len(self.code_entries),
+            extra={"event": "boot", "boot": str(self.boot_id)},
+        )
+
+    def _lost_db(self, now: dt.datetime, exc: Exception) -> None:
+        self.db_ok = False
+        self._last_db_try = now
+        with contextlib.suppress(DatabaseError):
+            connection.close()
+        logger.error(
+            "database error, firing code-defined schedules from memory until it answers: %s",
+            exc,
+            extra={"event": "db_lost", "boot": str(self.boot_id)},
+        )
+
+    def _tick_db(self, now: dt.datetime) -> float:
+        s = conf.settings
+        if self._last_heartbeat is None or now - self._last_heartbeat >= s.HEARTBEAT_INTERVAL:
+            if not ledger.heartbeat(self.boot_id, now):
+                ledger.register_boot(self.boot_id, self.hostname, self.pid, now)
+            self._last_heartbeat = now
+            self._refresh_plan()
+        for hook in self.hooks:
+            hook(self, now)
+        horizon = now + dt.timedelta(seconds=s.MAX_INTERVAL)
+        rows = ledger.fetch_due(now, horizon, s.BATCH_SIZE)
+        late_after = s.LATE_AFTER
+        fires: list[tuple[Due, Fire, ledger.Message]] = []
+        wake: dt.datetime | None = None
+        for row in rows:
+            if row.next_fire_at is not None and row.next_fire_at > now:
+                wake = row.next_fire_at if wake is None else min(wake, row.next_fire_at)
+                continue
+            try:
+                due = ledger.due_from_row(row)
+                action = decide(due, now, late_after, due.id in self.caught_up)
+            except (timing.InvalidSchedule, ValueError) as exc:
+                self._bad_row(row, str(exc))
+                continue
+            if isinstance(action, Fire):
+                fires.append((due, action, ledger.Message.for_row(row)))
+            elif isinstance(action, Defer):
+                if ledger.apply_defer(due, action) and action.next_fire_at is not None:
+                    wake = action.next_fire_at if wake is None else min(wake, action.next_fire_at)
+            elif isinstance(action, Miss):
+                ledger.apply_miss(due, action, self.boot_id, now)
+        if fires:
+            self._fire(fires, now)
+        if len(rows) >= s.BATCH_SIZE:
+            return 0.0
+        if wake is None:
+            return s.MAX_INTERVAL
+        return max(0.0, min(s.MAX_INTERVAL, (wake - now).total_seconds()))
+
+    def _fire(self, fires: list[tuple[Due, Fire, ledger.Message]], now: dt.datetime) -> None:
+        try:
+            claims = ledger.claim(fires, self.boot_id, now)
+        except DatabaseError as exc:
+            # R5: the claim write failed; the slots still go out, the ledger catches up later.
+            self._lost_db(now, exc)
+            for due, fire, message in fires:
+                claim = ledger.Claim(
+                    None,
+                    str(uuid.uuid4()),
+                    due.id,
+                    due.name,
+                    fire.slot,
+                    fire.reason,
+                    self.boot_id,
+                    message,
+                )
+                published = self._publish(claim, now)
+                self.outage_fires.append(
+                    _OutageFire(
+                        due.name,
+                        fire.slot,
+                        fire.reason,
+                        claim.task_id,
+                        now if published else None,
+                        fire.next_fire_at,
+                    )
+                )
+                if due.name in self.plan:
+                    self.plan[due.name].next_fire_at = fire.next_fire_at
+            return
+        for due, fire, _ in fires:
+            if fire.reason == Reason.CATCH_UP:
+                self.caught_up.add(due.id)
+        published: list[int] = []
+        for claim in claims:
+            if self._publish(claim, now) and claim.run_id is not None:
+                published.append(claim.run_id)
+            if claim.schedule in self.plan:
+                self.plan[claim.schedule].next_fire_at = next(
+                    f.next_fire_at for d, f, _ in fires if d.id == claim.schedule_id
+                )
+        ledger.mark_published(published, now)
+
+    def _publish(self, claim: ledger.Claim, now: dt.datetime) -> bool:
+        try:
+            self.publish(claim)
+        except Exception as exc:  # the broker's errors are many; beat must not die of any
+            logger.error(
+                "publish failed schedule=%s slot=%s: %s",
+                claim.schedule,
+                claim.slot.isoformat(),
+                exc,
+                extra={"event": "publish_failed", "schedule": claim.schedule},
+            )
+            return False
+        logger.info(
+            "fire schedule=%s slot=%s reason=%s boot=%s task_id=%s",
+            claim.schedule,
+            claim.slot.isoformat(),
+            claim.reason,
+            claim.boot_id,
+            claim.task_id,
+            extra={
+                "event": "fire",
+                "schedule": claim.schedule,
+                "slot": claim.slot.isoformat(),
+                "reason": claim.reason,
+                "boot": str(claim.boot_id),
+            },
+        )
+        return True
+
+    def _bad_row(self, row: object, message: str) -> None:
+        from .models import Schedule
+
+        assert isinstance(row, Schedule)
+        key = (row.pk, message)
+        if key not in self._bad_logged:
+            self._bad_logged.add(key)
+            logger.error(
+                "schedule %s is invalid and is skipped (other schedules keep firing): %s",
+                row.name,
+                message,
+                extra={"event": "bad_schedule", "schedule": row.name},
+            )
+        ledger.mark_bad(row, message)
+
+    def _refresh_plan(self) -> None:
+        """Keep the memory of code schedules close to the database, for an outage."""
+        from .models import Schedule
+
+        stored = Schedule.objects.filter(name__in=list(self.plan)).values_list(
+            "name", "next_fire_at", "next_fire_reason"
+        )
+        for name, next_fire_at, reason in stored:
+            self.plan[name].next_fire_at, self.plan[name].reason = next_fire_at, reason
+
+    def _reconcile_outage(self, now: dt.datetime) -> None:
+        done = 0
+        for f in self.outage_fires:
+            ledger.reconcile_outage_fire(
+                f.schedule,
+                f.slot,
+                f.reason,
+                f.task_id,
+                f.published_at,
+                f.next_fire_at,
+                self.boot_id,
+                now,
+            )
+            done += 1
+        if done:
+            logger.info(
+                "ledger reconciled after database outage: %d fires written",
+                done,
+                extra={"event": "outage_reconciled", "count": done},
+            )
+        # Code schedules fired from memory: their next fire moves on in the database too.
+        for name, planned in self.plan.items():
+            if planned.next_fire_at is not None:
+                ledger.advance_to_at_least(name, planned.next_fire_at, planned.reason)
+        self.outage_fires.clear()
+
+    # --- without the database ----------------------------------------------------------
+
+    def _plan_from_code(self, now: dt.datetime) -> None:
+        """R5 at boot: code entries only; intervals at now + grace, others at their next slot."""
+        for e in self.code_entries:
+            if isinstance(e.spec, timing.Interval):
+                grace = (
+                    e.startup_grace if e.startup_grace is not None else conf.settings.STARTUP_GRACE
+                )
+                self.plan[e.name] = _Planned(e, now + grace, Reason.STARTUP_GRACE)
+            else:
+                self.plan[e.name] = _Planned(e, timing.next_slot(e.spec, now))
+
+    def _tick_memory(self, now: dt.datetime) -> float:
+        s = conf.settings
+        wake = now + dt.timedelta(seconds=s.MAX_INTERVAL)
+        retry_at = (self._last_db_try or now) + s.DB_RETRY_INTERVAL
+        wake = min(wake, retry_at)
+        for name, planned in self.plan.items():
+            slot = planned.next_fire_at
+            if slot is None:
+                continue
+            if slot > now:
+                wake = min(wake, slot)
+                continue
+            e = planned.entry
+            message = ledger.Message.for_entry(e)
+            claim = ledger.Claim(
+                None, str(uuid.uuid4()), None, name, slot, planned.reason, self.boot_id, message
+            )
+            published = self._publish(claim, now)
+            planned.next_fire_at = timing.advance(e.spec, slot, now)
+            planned.reason = Reason.SCHEDULED
+            self.outage_fires.append(
+                _OutageFire(
+                    name,
+                    slot,
+                    claim.reason,
+                    claim.task_id,
+                    now if published else None,
+                    planned.next_fire_at,
+                )
+            )
+            if planned.next_fire_at is not None:
+                wake = min(wake, planned.next_fire_at)
+        return max(0.0, (wake - now).total_seconds())

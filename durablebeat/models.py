@@ -1,0 +1,262 @@
+"""What durablebeat stores. Models store; the logic lives in ``timing``, ``ledger`` and
+``schedulers`` and works on the small values these rows turn into."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+
+from . import timing
+from .enums import Kind, Overlap, Reason, RunState, Source
+
+#: timing's field names that differ from the model's
+_SPEC_FIELD_TO_MODEL = {"at": "clocked_at", "schedule": "kind"}
+
+
+class Schedule(models.Model):
+    """A named periodic task. ``next_fire_at`` is the only answer to "when next" (R1)."""
+
+    name = models.CharField(max_length=200, unique=True)
+    task = models.CharField(max_length=200, help_text="Registered Celery task name.")
+    args = models.JSONField(default=list, blank=True, help_text="JSON list.")
+    kwargs = models.JSONField(default=dict, blank=True, help_text="JSON object.")
+    queue = models.CharField(max_length=200, blank=True)
+    routing_key = models.CharField(max_length=200, blank=True)
+    priority = models.PositiveSmallIntegerField(null=True, blank=True)
+    expire_seconds = models.FloatField(
+        null=True, blank=True, help_text="Message expires this many seconds after it is sent."
+    )
+    headers = models.JSONField(default=dict, blank=True, help_text="Extra message headers.")
+    description = models.TextField(blank=True)
+
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.INTERVAL)
+    every = models.DurationField(null=True, blank=True, help_text="Interval schedules.")
+    minute = models.CharField(max_length=240, default="*")
+    hour = models.CharField(max_length=96, default="*")
+    day_of_week = models.CharField(max_length=64, default="*")
+    day_of_month = models.CharField(max_length=124, default="*")
+    month_of_year = models.CharField(max_length=64, default="*")
+    timezone = models.CharField(max_length=64, default="UTC", help_text="IANA time zone.")
+    clocked_at = models.DateTimeField(null=True, blank=True, help_text="One-off schedules.")
+
+    enabled = models.BooleanField(default=True)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.DATABASE)
+    removed_from_code_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    startup_grace = models.DurationField(
+        null=True, blank=True, help_text="Empty: DURABLEBEAT_STARTUP_GRACE."
+    )
+    catch_up = models.BooleanField(
+        default=False, help_text="Delivery schedule: fire once at boot for a slot just missed."
+    )
+    catch_up_window = models.DurationField(
+        null=True, blank=True, help_text="Empty: DURABLEBEAT_CATCH_UP_WINDOW."
+    )
+    overlap = models.CharField(max_length=16, choices=Overlap.choices, default=Overlap.SKIP)
+
+    next_fire_at = models.DateTimeField(
+        null=True, blank=True, help_text="Empty: beat computes it (first slot or startup grace)."
+    )
+    next_fire_reason = models.CharField(
+        max_length=16, choices=Reason.choices, default=Reason.SCHEDULED, editable=False
+    )
+    last_fired_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_completed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_failed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_outcome = models.CharField(
+        max_length=16, choices=RunState.choices, blank=True, editable=False
+    )
+    stuck_since = models.DateTimeField(null=True, blank=True, editable=False)
+    stuck_reason = models.CharField(max_length=300, blank=True, editable=False)
+    error = models.TextField(
+        blank=True, editable=False, help_text="Why beat could not use this row (R20)."
+    )
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [
+            # The due query: WHERE enabled AND next_fire_at <= %s ORDER BY next_fire_at.
+            models.Index(
+                fields=["next_fire_at"], condition=Q(enabled=True), name="durablebeat_due_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # Any save through the model is an edit: beat validates the row afresh (R20).
+        self.error = ""
+        super().save(*args, **kwargs)
+
+    def to_spec(self) -> timing.Spec:
+        """The timing value of this row; raises ``timing.InvalidSchedule`` naming the field."""
+        if self.kind == Kind.INTERVAL:
+            if self.every is None:
+                raise timing.InvalidSchedule("every", "an interval schedule needs an interval")
+            return timing.Interval(self.every)
+        if self.kind == Kind.CRONTAB:
+            return timing.Crontab(
+                minute=self.minute,
+                hour=self.hour,
+                day_of_week=self.day_of_week,
+                day_of_month=self.day_of_month,
+                month_of_year=self.month_of_year,
+                timezone=self.timezone,
+            )
+        if self.kind == Kind.CLOCKED:
+            if self.clocked_at is None:
+                raise timing.InvalidSchedule("at", "a one-off schedule needs a time")
+            return timing.Clocked(self.clocked_at)
+        raise timing.InvalidSchedule("schedule", f"unknown kind {self.kind!r}")
+
+    def set_spec(self, spec: timing.Spec) -> None:
+        """Write a timing value into this row's fields (the inverse of ``to_spec``)."""
+        self.every = self.clocked_at = None
+        self.minute = self.hour = self.day_of_week = self.day_of_month = "*"
+        self.month_of_year = "*"
+        if isinstance(spec, timing.Interval):
+            self.kind, self.every = Kind.INTERVAL, spec.every
+        elif isinstance(spec, timing.Crontab):
+            self.kind = Kind.CRONTAB
+            self.minute, self.hour = spec.minute, spec.hour
+            self.day_of_week, self.day_of_month = spec.day_of_week, spec.day_of_month
+            self.month_of_year, self.timezone = spec.month_of_year, spec.timezone
+        else:
+            self.kind, self.clocked_at = Kind.CLOCKED, spec.at
+
+    def clean(self) -> None:
+        from .validation import validate_schedule_fields
+
+        errors = validate_schedule_fields(self)
+        if errors:
+            raise ValidationError(errors)
+
+    @staticmethod
+    def model_field_for(spec_field: str) -> str:
+        return _SPEC_FIELD_TO_MODEL.get(spec_field, spec_field)
+
+
+class Boot(models.Model):
+    """One start of a beat process. Every run knows its boot (R17, R18)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    hostname = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    version = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["heartbeat_at"], name="durablebeat_boot_hb_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.hostname}:{self.pid} @ {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+
+class Run(models.Model):
+    """The ledger row of one fire, or of one slot that was skipped or missed (R3, R11)."""
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs")
+    slot = models.DateTimeField()
+    boot = models.ForeignKey(Boot, null=True, blank=True, on_delete=models.SET_NULL)
+    reason = models.CharField(max_length=16, choices=Reason.choices, default=Reason.SCHEDULED)
+    state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.CLAIMED)
+    task_id = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    claimed_at = models.DateTimeField()
+    published_at = models.DateTimeField(null=True, blank=True)
+    publish_attempts = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=255, blank=True)
+    worker_pid = models.PositiveIntegerField(null=True, blank=True)
+    hard_time_limit = models.FloatField(null=True, blank=True)
+    soft_time_limit_exceeded = models.BooleanField(default=False)
+    detail = models.CharField(max_length=300, blank=True, help_text="Skip or miss reason.")
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-slot"]
+        constraints = [
+            # R4: one fire per slot, whatever runs at once.
+            models.UniqueConstraint(
+                fields=["schedule", "slot"], name="durablebeat_one_run_per_slot"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["state", "claimed_at"], name="durablebeat_run_state_idx"),
+            models.Index(fields=["schedule", "state"], name="durablebeat_run_sched_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id} @ {self.slot.isoformat()} ({self.state})"
+
+
+class MissedSlots(models.Model):
+    """Crontab slots that passed while no beat ran: a count per schedule and boot (R8)."""
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="missed")
+    boot = models.ForeignKey(Boot, null=True, blank=True, on_delete=models.SET_NULL)
+    count = models.PositiveIntegerField()
+    first_slot = models.DateTimeField()
+    last_slot = models.DateTimeField()
+    reason = models.CharField(max_length=300)
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name_plural = "missed slots"
+        ordering = ["-recorded_at"]
+
+    def __str__(self) -> str:
+        return f"{self.count} missed slots of {self.schedule_id}"
+
+
+class WorkerHeartbeat(models.Model):
+    """Liveness of one worker process, written by the worker side (R15)."""
+
+    worker = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["worker", "pid"], name="durablebeat_one_heartbeat")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.worker}:{self.pid}"
+
+
+class Incident(models.Model):
+    """Something an operator should know happened: a reclaim, a duplicate, a lost publish."""
+
+    kind = models.CharField(max_length=32)
+    count = models.PositiveIntegerField(default=1)
+    detail = models.TextField(blank=True)
+    boot = models.ForeignKey(Boot, null=True, blank=True, on_delete=models.SET_NULL)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-at"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} x{self.count} @ {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class Marker(models.Model):
+    """Small shared timestamps, e.g. when orphan reclaim last ran (R15 throttle)."""
+
+    key = models.CharField(max_length=64, primary_key=True)
+    at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.key

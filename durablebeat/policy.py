@@ -1,0 +1,129 @@
+"""What to do with a schedule that is due: pure decisions, time passed in (SPEC §1, §2).
+
+The engine turns rows into ``Due`` values, asks ``decide`` and carries out the answer in the
+database. Nothing here reads the clock or the database.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from . import timing
+from .enums import Overlap, Reason
+
+
+@dataclass(frozen=True)
+class Due:
+    """What the scheduler needs to know of one schedule row."""
+
+    id: int
+    name: str
+    task: str
+    spec: timing.Spec
+    next_fire_at: dt.datetime | None
+    next_fire_reason: str
+    startup_grace: dt.timedelta
+    catch_up: bool
+    catch_up_window: dt.timedelta
+    overlap: str = Overlap.SKIP
+    from_code: bool = False
+
+
+@dataclass(frozen=True)
+class Fire:
+    """Claim ``slot``, move next fire to ``next_fire_at`` (None: a one-off is done), publish."""
+
+    slot: dt.datetime
+    reason: str
+    next_fire_at: dt.datetime | None
+    missed: MissedRange | None = None
+
+
+@dataclass(frozen=True)
+class Defer:
+    """Write a next fire without firing now: a startup grace, or a new schedule's first slot."""
+
+    next_fire_at: dt.datetime | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class MissedRange:
+    """Slots that passed while no beat could fire them (R8): counted, not stored one by one."""
+
+    count: int
+    first: dt.datetime
+    last: dt.datetime
+
+
+@dataclass(frozen=True)
+class Miss:
+    """Record missed slots and move next fire past them without firing."""
+
+    missed: MissedRange
+    next_fire_at: dt.datetime | None
+
+
+Action = Fire | Defer | Miss
+
+#: counting missed slots stops here; a schedule missed more than this says "at least"
+MAX_MISSED_COUNT = 100_000
+
+
+def decide(due: Due, now: dt.datetime, late_after: dt.timedelta, caught_up: bool) -> Action:
+    """The one decision for a due schedule.
+
+    ``late_after``: a slot older than this was not fired by a running beat in time, so it
+    passed while none was running (or none could reach the database): it is *missed*.
+    ``caught_up``: this boot already fired a catch-up for this schedule (R8: at most one).
+    """
+    spec = due.spec
+    if due.next_fire_at is None:
+        return _first_fire(due, now, late_after, caught_up)
+    if now - due.next_fire_at <= late_after:
+        slot = due.next_fire_at
+        return Fire(slot, due.next_fire_reason, timing.advance(spec, slot, now))
+    if isinstance(spec, timing.Interval):
+        # R7: an overdue interval slot fires once, after the startup grace, then continues
+        # on the grid that starts there.
+        return Defer(now + due.startup_grace, Reason.STARTUP_GRACE)
+    return _missed(due, spec, due.next_fire_at, now, caught_up)
+
+
+def _first_fire(due: Due, now: dt.datetime, late_after: dt.timedelta, caught_up: bool) -> Action:
+    spec = due.spec
+    if isinstance(spec, timing.Interval):
+        return Defer(now + due.startup_grace, Reason.STARTUP_GRACE)  # R2
+    if isinstance(spec, timing.Clocked) and spec.at <= now:
+        if now - spec.at <= late_after:
+            return Fire(spec.at, Reason.SCHEDULED, None)
+        return _missed(due, spec, spec.at, now, caught_up)
+    return Defer(timing.next_slot(spec, now), Reason.SCHEDULED)
+
+
+def _missed(
+    due: Due,
+    spec: timing.Crontab | timing.Clocked,
+    first_due: dt.datetime,
+    now: dt.datetime,
+    caught_up: bool,
+) -> Action:
+    """R8: slots in [first_due, now] were missed; a delivery schedule fires the latest once."""
+    since = first_due - dt.timedelta(microseconds=1)
+    latest = timing.latest_slot(spec, since, now)
+    next_fire = timing.next_slot(spec, now)
+    if latest is None:  # the stored time was not on the grid (timing changed): just move on
+        return Defer(next_fire, Reason.SCHEDULED)
+    count = 0
+    first = latest
+    for slot in timing.slots_between(spec, since, now):
+        if count == 0:
+            first = slot
+        count += 1
+        if count >= MAX_MISSED_COUNT:
+            break
+    if due.catch_up and not caught_up and now - latest <= due.catch_up_window:
+        rest = MissedRange(count - 1, first, latest) if count > 1 else None
+        return Fire(latest, Reason.CATCH_UP, next_fire, missed=rest)
+    return Miss(MissedRange(count, first, latest), next_fire)

@@ -1,0 +1,85 @@
+"""``celery -A proj beat -S durablebeat.schedulers:DurableScheduler``.
+
+A thin adapter: Celery's beat service calls ``tick()`` in a loop and sleeps for what it
+returns; all decisions are in ``engine.Engine``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery.beat import Scheduler
+
+from . import clock, conf, ledger, publishing
+from .codesync import parse_beat_schedule
+from .engine import Engine
+
+logger = logging.getLogger("durablebeat")
+
+
+class DurableScheduler(Scheduler):  # type: ignore[misc]
+    """A Celery beat scheduler whose next fire lives in the database (SPEC §1)."""
+
+    def __init__(self, app: Any, *args: Any, lazy: bool = False, **kwargs: Any) -> None:
+        # Celery builds a lazy instance just to print its banner, so nothing here touches
+        # the database or the broker: the first tick boots.
+        self._engine: Engine | None = None
+        self._closed = False
+        kwargs.pop("schedule_filename", None)
+        super().__init__(app, *args, lazy=True, **kwargs)
+        self.max_interval = min(float(self.max_interval), conf.settings.MAX_INTERVAL)
+
+    def setup_schedule(self) -> None:
+        """Parse code-defined entries; a bad one stops the boot with its name (R20)."""
+        if self._engine is not None:
+            return
+        import django
+
+        django.setup()
+        from django.conf import settings as django_settings
+
+        default_tz = str(self.app.conf.timezone or django_settings.TIME_ZONE or "UTC")
+        entries = parse_beat_schedule(self.app.conf.beat_schedule or {}, default_tz)
+        from .hooks import default_hooks
+
+        self._engine = Engine(code_entries=entries, publish=self._send, hooks=default_hooks())
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self.setup_schedule()
+        assert self._engine is not None
+        return self._engine
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        try:
+            return self.engine.tick(clock.now())
+        except Exception:
+            if self._engine is None:
+                raise  # a bad beat_schedule: fail the boot loudly
+            # Beat must never exit because of one bad tick (R5): log and look again soon.
+            logger.exception("beat tick failed", extra={"event": "tick_failed"})
+            return float(self.max_interval)
+
+    def _send(self, claim: ledger.Claim) -> None:
+        publishing.send(self.app, claim, producer=self.producer)
+
+    def sync(self) -> None:
+        """Nothing to write: every change is written when it happens."""
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._engine is not None:
+            self._engine.close(clock.now())
+        super().close()
+
+    @property
+    def info(self) -> str:
+        return f"durablebeat (database-backed, max interval {self.max_interval:g}s)"
+
+    @property
+    def schedule(self) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,11 @@
+"""The demo project's Celery app: ``celery -A project worker`` / ``celery -A project beat``."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+
+app = Celery("project")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

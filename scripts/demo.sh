@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The demo: a worker with embedded durablebeat on SQLite and kombu's filesystem broker
+# (nothing to install). Prints every fire as it happens; Ctrl-C stops it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+export DJANGO_SETTINGS_MODULE=project.settings
+.venv/bin/python manage.py migrate --no-input -v 0
+echo "durablebeat demo: admin at 'manage.py runserver' (create a user with createsuperuser)."
+echo "Fires are printed as 'fire schedule=... slot=... reason=...'. Ctrl-C stops."
+# -B runs beat inside the worker process; --pool solo keeps SQLite to one writer process.
+exec .venv/bin/celery -A project worker -B --pool solo --loglevel INFO \
+    -S durablebeat.schedulers:DurableScheduler

@@ -1,0 +1,75 @@
+"""Shared fixtures: fixed instants, an engine with a recording publisher, schedule rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+T0 = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def t0() -> dt.datetime:
+    return T0
+
+
+class RecordingPublisher:
+    """Stands in for the broker in integration tests of the engine's database logic; the
+    e2e tests use the real broker."""
+
+    def __init__(self) -> None:
+        self.claims: list[Any] = []
+        self.fail = False
+        self.on_publish: Callable[[Any], None] | None = None
+
+    def __call__(self, claim: Any) -> None:
+        if self.on_publish is not None:
+            self.on_publish(claim)
+        if self.fail:
+            raise ConnectionError("broker down (test)")
+        self.claims.append(claim)
+
+    def slots(self, schedule: str | None = None) -> list[dt.datetime]:
+        return [c.slot for c in self.claims if schedule is None or c.schedule == schedule]
+
+
+@pytest.fixture
+def publisher() -> RecordingPublisher:
+    return RecordingPublisher()
+
+
+@pytest.fixture
+def make_engine(publisher: RecordingPublisher) -> Callable[..., Any]:
+    from durablebeat.codesync import parse_beat_schedule
+    from durablebeat.engine import Engine
+    from durablebeat.hooks import default_hooks
+
+    def make(beat_schedule: dict[str, Any] | None = None, **kwargs: Any) -> Engine:
+        entries = parse_beat_schedule(beat_schedule or {}, "UTC")
+        kwargs.setdefault("hooks", default_hooks())
+        return Engine(code_entries=entries, publish=publisher, boot_id=uuid.uuid4(), **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def make_schedule() -> Callable[..., Any]:
+    from durablebeat.models import Schedule
+
+    def make(name: str = "job", **fields: Any) -> Schedule:
+        fields.setdefault("task", "tests.e2eapp.tasks.record")
+        fields.setdefault("overlap", "allow")
+        if "every" in fields and isinstance(fields["every"], int | float):
+            fields["every"] = dt.timedelta(seconds=fields["every"])
+        if "every" in fields:
+            fields.setdefault("kind", "interval")
+        schedule = Schedule(name=name, **fields)
+        schedule.full_clean()
+        schedule.save()
+        return schedule
+
+    return make

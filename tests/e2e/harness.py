@@ -1,0 +1,155 @@
+"""Real ``celery beat`` and ``celery worker`` processes for end-to-end tests.
+
+Processes run in their own session so that SIGKILL reaches the whole group (a prefork
+worker's children die with it, as they would in a killed container).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+CELERY = str(Path(sys.executable).with_name("celery"))
+OUTPUT = ROOT / "test-output" / "e2e"
+
+
+def wait_until(
+    condition: Callable[[], Any], timeout: float, interval: float = 0.2, what: str = ""
+) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
+        time.sleep(interval)
+
+
+class Proc:
+    """One celery process with its log in test-output/e2e/."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
+        OUTPUT.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.log_path = OUTPUT / f"{name}.log"
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.popen = subprocess.Popen(
+            [CELERY, "-A", "project", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.popen.wait(timeout=10)
+        self._log.close()
+
+    def terminate(self, timeout: float = 20) -> int:
+        self.signal(signal.SIGTERM)
+        try:
+            code = self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            self.kill()
+            raise AssertionError(f"{self.name} did not stop within {timeout}s on SIGTERM") from exc
+        self._log.close()
+        return code
+
+    def stop(self) -> None:
+        if self.alive:
+            self.kill()
+        elif not self._log.closed:
+            self._log.close()
+
+
+class Cluster:
+    """Starts beat and worker processes against the test database and broker."""
+
+    def __init__(self, database_url: str, broker_url: str, label: str) -> None:
+        self.database_url = database_url
+        self.broker_url = broker_url
+        self.label = label
+        self.procs: list[Proc] = []
+        self.beat_schedule: dict[str, Any] = {}
+        self.settings: dict[str, str] = {}
+        self._count = 0
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+        env |= {
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "DATABASE_URL": self.database_url,
+            "CELERY_BROKER_URL": self.broker_url,
+            "E2E_BEAT_SCHEDULE": json.dumps(self.beat_schedule),
+            "PYTHONUNBUFFERED": "1",
+        }
+        return env | self.settings | (extra or {})
+
+    def _name(self, kind: str) -> str:
+        self._count += 1
+        return f"{self.label}-{self._count:02d}-{kind}"
+
+    def beat(self, **extra: str) -> Proc:
+        proc = Proc(
+            self._name("beat"),
+            [
+                "beat",
+                "-S",
+                "durablebeat.schedulers:DurableScheduler",
+                "--loglevel",
+                "INFO",
+                "--pidfile=",
+            ],
+            self.env(extra),
+        )
+        self.procs.append(proc)
+        return proc
+
+    def worker(self, concurrency: int = 2, **extra: str) -> Proc:
+        name = self._name("worker")
+        proc = Proc(
+            name,
+            [
+                "worker",
+                "--loglevel",
+                "INFO",
+                "-c",
+                str(concurrency),
+                "-n",
+                f"{name}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--pidfile=",
+            ],
+            self.env(extra),
+        )
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            proc.stop()

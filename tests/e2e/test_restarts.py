@@ -1,0 +1,177 @@
+"""SPEC §1 with real processes: restart storms (R1-R3), beats at once (R4), fail open (R5).
+
+Every execution is counted twice: in durablebeat's ledger (Run) and by the task body itself
+(tests.e2eapp Execution), so a slot fired twice or never shows in both.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import signal
+import time
+from collections import Counter
+
+import pytest
+from django.utils import timezone
+
+from durablebeat.enums import RunState
+from durablebeat.models import Boot, Run
+from tests.e2eapp.models import Execution
+
+from .harness import Cluster, wait_until
+from .proxy import Proxy
+
+pytestmark = [pytest.mark.e2e]
+
+RECORD = "tests.e2eapp.tasks.record"
+
+
+def _booted(proc, n: int = 1) -> bool:
+    return proc.log().count("database reachable") >= n
+
+
+def _executions(schedule: str) -> Counter[str]:
+    return Counter(Execution.objects.filter(schedule=schedule).values_list("slot", flat=True))
+
+
+def _assert_no_crash(procs) -> None:
+    for proc in procs:
+        assert "Traceback" not in proc.log(), f"{proc.name} crashed:\n{proc.log()[-3000:]}"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_restart_storm_faster_than_the_period_neither_starves_nor_doubles(cluster: Cluster, sig):
+    cluster.beat_schedule = {
+        "every20": {"task": RECORD, "every": 20, "durablebeat": {"startup_grace": 3}}
+    }
+    worker = cluster.worker()
+    wait_until(lambda: "ready" in worker.log(), 60, what="worker ready")
+    first_boot = timezone.now()
+    beat = cluster.beat()
+    wait_until(lambda: _booted(beat), 30, what="first beat boot")
+    storm_end = time.monotonic() + 120
+    beats = [beat]
+    while time.monotonic() < storm_end:
+        time.sleep(8)  # the storm's cadence is the input of this test, not a wait
+        if sig == signal.SIGTERM:
+            assert beat.terminate() == 0
+        else:
+            beat.kill()
+        beat = cluster.beat()
+        beats.append(beat)
+    wait_until(lambda: _booted(beat), 30, what="last beat boot")
+    storm_seconds = (timezone.now() - first_boot).total_seconds()
+
+    runs = list(Run.objects.filter(schedule__name="every20").order_by("slot"))
+    slots = [r.slot for r in runs]
+    # After the grace it fires on its grid: one slot every 20 s, none skipped, none twice.
+    assert dt.timedelta(0) <= slots[0] - first_boot <= dt.timedelta(seconds=3 + 5)
+    assert all(b - a == dt.timedelta(seconds=20) for a, b in itertools.pairwise(slots))
+    assert len(slots) >= int((storm_seconds - 8) // 20)
+    wait_until(lambda: sum(_executions("every20").values()) >= len(slots), 30, what="executions")
+    executed = _executions("every20")
+    assert set(executed.values()) == {1}, f"a slot ran twice: {executed}"
+    assert len(executed) == len(slots)
+    assert Boot.objects.count() == len(beats)
+    _assert_no_crash(beats)
+
+
+def test_two_beats_at_once_never_fire_a_slot_twice(cluster: Cluster):
+    cluster.beat_schedule = {
+        f"every5-{i}": {"task": RECORD, "every": 5, "durablebeat": {"startup_grace": 2}}
+        for i in range(5)
+    }
+    worker = cluster.worker(concurrency=4)
+    wait_until(lambda: "ready" in worker.log(), 60, what="worker ready")
+    a, b = cluster.beat(), cluster.beat()
+    wait_until(lambda: _booted(a) and _booted(b), 30, what="both beats up")
+    end = time.monotonic() + 120
+    wait_until(lambda: time.monotonic() > end and a.alive and b.alive, 130, interval=1)
+    assert a.alive and b.alive
+    a.terminate()
+    b.terminate()
+    for i in range(5):
+        name = f"every5-{i}"
+        slots = list(Run.objects.filter(schedule__name=name).values_list("slot", flat=True))
+        assert len(slots) >= 20
+        expected = len(slots)
+        wait_until(lambda name=name, n=expected: sum(_executions(name).values()) >= n, 30)
+        executed = _executions(name)
+        assert set(executed.values()) == {1}, f"{name}: a slot ran twice: {executed}"
+    fired_by = Counter(Run.objects.values_list("boot_id", flat=True))
+    assert len(fired_by) == 2, "both beats took part"
+    _assert_no_crash([a, b])
+
+
+def test_crontab_every_minute_fires_each_slot_once_across_restarts(cluster: Cluster):
+    cluster.beat_schedule = {"minutely": {"task": RECORD, "cron": "* * * * *"}}
+    worker = cluster.worker()
+    wait_until(lambda: "ready" in worker.log(), 60, what="worker ready")
+    up: list[tuple[dt.datetime, dt.datetime]] = []  # when some beat was surely running
+    end = time.monotonic() + 200
+    beats = []
+    while time.monotonic() < end:
+        beat = cluster.beat()
+        beats.append(beat)
+        wait_until(lambda beat=beat: _booted(beat), 30)
+        since = timezone.now()
+        time.sleep(25)  # the restart cadence is the input of this test
+        up.append((since, timezone.now()))
+        beat.terminate()
+    wait_until(lambda: not Run.objects.filter(state=RunState.CLAIMED).exists(), 30)
+    slots = list(Run.objects.filter(schedule__name="minutely").values_list("slot", flat=True))
+    covered = [s for s in slots if any(a <= s and s + dt.timedelta(seconds=1) <= b for a, b in up)]
+    expected = {m for a, b in up for m in _minutes_between(a, b)}
+    assert expected <= set(slots), (
+        f"slots while a beat was up were not fired: {expected - set(slots)}"
+    )
+    assert covered
+    wait_until(lambda: sum(_executions("minutely").values()) >= len(slots), 30)
+    executed = _executions("minutely")
+    assert set(executed.values()) == {1}, f"a slot ran twice: {executed}"
+    _assert_no_crash(beats)
+
+
+def _minutes_between(a: dt.datetime, b: dt.datetime) -> list[dt.datetime]:
+    m = (a + dt.timedelta(minutes=1)).replace(second=0, microsecond=0)
+    out = []
+    while m + dt.timedelta(seconds=1) <= b:
+        out.append(m)
+        m += dt.timedelta(minutes=1)
+    return out
+
+
+def test_database_unreachable_at_boot_beat_still_fires_and_reconciles_later(cluster: Cluster):
+    """R5: beat starts without its database, fires code-defined schedules, never exits, and
+    writes the ledger once the database answers."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    proxy = Proxy(s.get("HOST") or "127.0.0.1", int(s.get("PORT") or 5432))
+    cluster.beat_schedule = {
+        "every3": {"task": RECORD, "every": 3, "durablebeat": {"startup_grace": 1}}
+    }
+    worker = cluster.worker()  # the worker reaches the database directly
+    wait_until(lambda: "ready" in worker.log(), 60, what="worker ready")
+    beat_url = cluster.database_url.replace(f":{s.get('PORT') or 5432}/", f":{proxy.port}/")
+    beat = cluster.beat(DATABASE_URL=beat_url)
+    try:
+        wait_until(lambda: "database unreachable" in beat.log(), 30, what="beat notices")
+        wait_until(lambda: sum(_executions("every3").values()) >= 3, 40, what="fires in outage")
+        assert beat.alive
+        assert not Run.objects.exists()
+        proxy.up()
+        wait_until(lambda: _booted(beat), 30, what="beat reconnects")
+        wait_until(lambda: Run.objects.filter(schedule__name="every3").count() >= 5, 30)
+    finally:
+        beat.terminate()
+        proxy.down()
+    slots = Counter(Run.objects.filter(schedule__name="every3").values_list("slot", flat=True))
+    assert set(slots.values()) == {1}
+    executed = _executions("every3")
+    assert set(executed.values()) == {1}, f"a slot ran twice: {executed}"
+    # Everything that ran during the outage is in the ledger now.
+    run_slots = {r.isoformat() for r in slots}
+    assert set(_executions("every3")) <= run_slots
+    _assert_no_crash([beat])

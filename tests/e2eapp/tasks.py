@@ -1,0 +1,63 @@
+"""Tasks the e2e tests schedule. Each records its own execution (see models.Execution)."""
+
+import os
+import time
+
+from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
+
+from .models import Execution
+
+
+def _record(task, note: str = "") -> None:  # type: ignore[no-untyped-def]
+    headers = task.request.headers or {}
+
+    def header(name: str) -> str:
+        return str(headers.get(name) or getattr(task.request, name, None) or "")
+
+    Execution.objects.create(
+        schedule=header("durablebeat_schedule"),
+        slot=header("durablebeat_slot"),
+        task_id=task.request.id or "",
+        reason=note or header("durablebeat_reason"),
+        pid=os.getpid(),
+    )
+
+
+@shared_task(bind=True)
+def record(self) -> str:  # type: ignore[no-untyped-def]
+    _record(self)
+    return "recorded"
+
+
+@shared_task(bind=True)
+def sleep_then_record(self, seconds: float) -> str:  # type: ignore[no-untyped-def]
+    time.sleep(seconds)
+    _record(self)
+    return "slept"
+
+
+@shared_task(bind=True)
+def outlive_soft_limit(self, seconds: float) -> str:  # type: ignore[no-untyped-def]
+    """Catches SoftTimeLimitExceeded, goes on, returns normally: succeeded (R12)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.1)
+        except SoftTimeLimitExceeded:
+            continue
+    _record(self)
+    return "finished after soft limit"
+
+
+@shared_task(bind=True)
+def escape_soft_limit(self, seconds: float) -> str:  # type: ignore[no-untyped-def]
+    """Lets SoftTimeLimitExceeded escape: failed (R12)."""
+    time.sleep(seconds)
+    return "unreachable"
+
+
+@shared_task(bind=True)
+def fail(self) -> None:  # type: ignore[no-untyped-def]
+    _record(self)
+    raise RuntimeError("failing on purpose")

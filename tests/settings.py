@@ -1,0 +1,83 @@
+"""Settings for the test suite and for the beat/worker processes the e2e tests start.
+
+``DURABLEBEAT_TEST_DB=postgres`` (default) uses the real PostgreSQL on 127.0.0.1:5432;
+``sqlite`` uses a SQLite file. Processes started by e2e tests get ``DATABASE_URL`` pointing
+at the test database pytest-django created, and their beat schedule as JSON in
+``E2E_BEAT_SCHEDULE``.
+"""
+
+import json
+import os
+from datetime import timedelta
+
+from celery.schedules import crontab
+
+from project.settings import *  # noqa: F403
+from project.settings import INSTALLED_APPS, VAR_DIR, database_from_env
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.e2eapp", "django_celery_beat"]
+
+TEST_DB = os.environ.get("DURABLEBEAT_TEST_DB", "postgres")
+PG_USER = os.environ.get("PGUSER", "postgres")
+PG_HOST = os.environ.get("PGHOST", "127.0.0.1")
+if "DATABASE_URL" in os.environ:
+    DATABASES = {"default": database_from_env(os.environ["DATABASE_URL"])}
+elif TEST_DB == "sqlite":
+    DATABASES = {"default": database_from_env(f"sqlite:///{VAR_DIR / 'tests.sqlite3'}")}
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test_tests.sqlite3")}
+else:
+    DATABASES = {"default": database_from_env(f"postgres://{PG_USER}@{PG_HOST}:5432/durablebeat")}
+    DATABASES["default"]["TEST"] = {"NAME": "test_durablebeat"}
+
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
+CELERY_BROKER_TRANSPORT_OPTIONS = {}
+CELERY_RESULT_BACKEND = "django-db"
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ACKS_LATE = False
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+DURABLEBEAT_MAX_INTERVAL = float(os.environ.get("DURABLEBEAT_MAX_INTERVAL", "1"))
+DURABLEBEAT_HEARTBEAT_INTERVAL = float(os.environ.get("DURABLEBEAT_HEARTBEAT_INTERVAL", "2"))
+DURABLEBEAT_DB_RETRY_INTERVAL = float(os.environ.get("DURABLEBEAT_DB_RETRY_INTERVAL", "1"))
+for _name in (
+    "GC_INTERVAL",
+    "WORKER_HEARTBEAT_INTERVAL",
+    "WORKER_DEAD_AFTER",
+    "RECLAIM_MARGIN",
+    "UNCONFIRMED_AFTER",
+    "CATCH_UP_SETTLE",
+    "CATCH_UP_WINDOW",
+    "STARTUP_GRACE",
+):
+    if f"DURABLEBEAT_{_name}" in os.environ:
+        globals()[f"DURABLEBEAT_{_name}"] = float(os.environ[f"DURABLEBEAT_{_name}"])
+
+
+def _beat_schedule_from_env(raw: str) -> dict:
+    """{"name": {"task": ..., "every": 20 | "cron": "m h dow dom moy", ...options}}."""
+    schedule = {}
+    for name, e in json.loads(raw).items():
+        if "every" in e:
+            timing = timedelta(seconds=e["every"])
+        else:
+            m, h, dow, dom, moy = e["cron"].split()
+            timing = crontab(minute=m, hour=h, day_of_week=dow, day_of_month=dom, month_of_year=moy)
+        schedule[name] = {
+            "task": e["task"],
+            "schedule": timing,
+            "args": e.get("args", []),
+            "kwargs": e.get("kwargs", {}),
+            "options": {"durablebeat": e.get("durablebeat", {})},
+        }
+    return schedule
+
+
+CELERY_BEAT_SCHEDULE = _beat_schedule_from_env(os.environ.get("E2E_BEAT_SCHEDULE", "{}"))
+
+# durablebeat logs one event per line ("fire schedule=... slot=... reason=..."); under
+# celery they go through celery's own handler, elsewhere through Django's console handler.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "loggers": {"durablebeat": {"level": "INFO"}},
+}
