@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError, close_old_connections, connection
 
-from . import clock, conf, ledger, timing
+from . import clock, conf, ledger, recovery, timing
 from .codesync import CodeEntry
 from .codesync import sync as sync_code
 from .enums import Reason
@@ -65,8 +65,10 @@ class Engine:
     caught_up: set[int] = field(default_factory=set)
     plan: dict[str, _Planned] = field(default_factory=dict)
     outage_fires: list[_OutageFire] = field(default_factory=list)
+    retries: recovery.Retries = field(default_factory=recovery.Retries)
     _last_db_try: dt.datetime | None = None
     _last_heartbeat: dt.datetime | None = None
+    _db_failures: int = 0
     _bad_logged: set[tuple[int, str]] = field(default_factory=set)
 
     # --- the loop ---------------------------------------------------------------------
@@ -107,13 +109,18 @@ class Engine:
             connection.close()
             if self.plan == {} and not self.booted:
                 self._plan_from_code(now)
-            logger.error(
-                "database unreachable, firing code-defined schedules from memory: %s",
-                exc,
-                extra={"event": "db_unreachable", "boot": str(self.boot_id)},
-            )
             self.db_ok = False
+            self._db_failures += 1
+            if self._db_failures == 1 or self._db_failures % 30 == 0:
+                logger.error(
+                    "database unreachable (%d tries), firing code-defined schedules from "
+                    "memory: %s",
+                    self._db_failures,
+                    exc,
+                    extra={"event": "db_unreachable", "boot": str(self.boot_id)},
+                )
             return
+        self._db_failures = 0
         self.db_ok, self.booted, self._last_heartbeat = True, True, now
         self.plan = {
             name: _Planned(e, rows[name].next_fire_at, rows[name].next_fire_reason)
@@ -147,6 +154,9 @@ class Engine:
                 ledger.register_boot(self.boot_id, self.hostname, self.pid, now)
             self._last_heartbeat = now
             self._refresh_plan()
+        if self.retries:
+            self.retries.run(self, now)
+        recovery.resend_in_doubt(self, now)
         for hook in self.hooks:
             hook(self, now)
         horizon = now + dt.timedelta(seconds=s.MAX_INTERVAL)
@@ -175,6 +185,9 @@ class Engine:
             self._fire(fires, now)
         if len(rows) >= s.BATCH_SIZE:
             return 0.0
+        retry_at = self.retries.next_wake()
+        if retry_at is not None:
+            wake = retry_at if wake is None else min(wake, retry_at)
         if wake is None:
             return s.MAX_INTERVAL
         return max(0.0, min(s.MAX_INTERVAL, (wake - now).total_seconds()))
@@ -196,7 +209,7 @@ class Engine:
                     self.boot_id,
                     message,
                 )
-                published = self._publish(claim, now)
+                published = self.try_publish(claim, now) is None
                 self.outage_fires.append(
                     _OutageFire(
                         due.name,
@@ -210,20 +223,32 @@ class Engine:
                 if due.name in self.plan:
                     self.plan[due.name].next_fire_at = fire.next_fire_at
             return
-        for due, fire, _ in fires:
+        by_id = {due.id: (due, fire) for due, fire, _ in fires}
+        for due, fire in by_id.values():
             if fire.reason == Reason.CATCH_UP:
                 self.caught_up.add(due.id)
         published: list[int] = []
+        error: str | None = None
         for claim in claims:
-            if self._publish(claim, now) and claim.run_id is not None:
-                published.append(claim.run_id)
+            due, fire = by_id[claim.schedule_id or 0]
             if claim.schedule in self.plan:
-                self.plan[claim.schedule].next_fire_at = next(
-                    f.next_fire_at for d, f, _ in fires if d.id == claim.schedule_id
-                )
+                self.plan[claim.schedule].next_fire_at = fire.next_fire_at
+            if error is None:
+                error = self.try_publish(claim, now)
+                if error is None:
+                    if claim.run_id is not None:
+                        published.append(claim.run_id)
+                    continue
+            # The broker refused one: keep this and the rest claimed and retry them
+            # while they are worth sending (recovery.Retries), instead of dropping them.
+            give_up = recovery.give_up_at(
+                fire.slot, fire.next_fire_at, due.catch_up, due.catch_up_window
+            )
+            self.retries.add(claim, give_up, now, error)
         ledger.mark_published(published, now)
 
-    def _publish(self, claim: ledger.Claim, now: dt.datetime) -> bool:
+    def try_publish(self, claim: ledger.Claim, now: dt.datetime) -> str | None:
+        """Publish one claim; the broker's error as text, or None when it went out."""
         try:
             self.publish(claim)
         except Exception as exc:  # the broker's errors are many; beat must not die of any
@@ -234,7 +259,7 @@ class Engine:
                 exc,
                 extra={"event": "publish_failed", "schedule": claim.schedule},
             )
-            return False
+            return f"{type(exc).__name__}: {exc}"
         logger.info(
             "fire schedule=%s slot=%s reason=%s boot=%s task_id=%s",
             claim.schedule,
@@ -250,7 +275,7 @@ class Engine:
                 "boot": str(claim.boot_id),
             },
         )
-        return True
+        return None
 
     def _bad_row(self, row: object, message: str) -> None:
         from .models import Schedule
@@ -333,7 +358,7 @@ class Engine:
             claim = ledger.Claim(
                 None, str(uuid.uuid4()), None, name, slot, planned.reason, self.boot_id, message
             )
-            published = self._publish(claim, now)
+            published = self.try_publish(claim, now) is None
             planned.next_fire_at = timing.advance(e.spec, slot, now)
             planned.reason = Reason.SCHEDULED
             self.outage_fires.append(

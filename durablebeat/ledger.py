@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("durablebeat")
 
+NO_BEAT = "no beat could fire it (none running, or the database unreachable)"
+
 
 @dataclass(frozen=True)
 class Message:
@@ -165,7 +167,7 @@ def apply_miss(due: Due, action: Miss, boot_id: uuid.UUID, now: dt.datetime) -> 
             changes["enabled"] = False
         if not _cas(due, **changes):
             return False
-        _record_missed(due, action.missed, boot_id, now, "no beat was running")
+        _record_missed(due, action.missed, boot_id, now, NO_BEAT)
         return True
 
 
@@ -227,7 +229,7 @@ def claim(
             if not _cas(due, **changes):
                 continue  # another beat has this slot
             if fire.missed is not None:
-                _record_missed(due, fire.missed, boot_id, now, "no beat was running")
+                _record_missed(due, fire.missed, boot_id, now, NO_BEAT)
             made = _insert_run(due, fire, boot_id, now, blocker)
             if made is not None:
                 claims.append(
@@ -373,3 +375,36 @@ def advance_to_at_least(name: str, next_fire_at: dt.datetime, reason: str) -> No
     Schedule.objects.filter(
         Q(next_fire_at__lt=next_fire_at) | Q(next_fire_at__isnull=True), name=name, enabled=True
     ).update(next_fire_at=next_fire_at, next_fire_reason=reason)
+
+
+def mark_missed(run_ids: Sequence[int], detail: str, now: dt.datetime) -> None:
+    """A claimed slot that could not go out while it was worth sending."""
+    Run.objects.filter(pk__in=list(run_ids), state=RunState.CLAIMED).update(
+        state=RunState.MISSED, detail=detail[:300], finished_at=now
+    )
+
+
+def in_doubt_runs(
+    current_boot: uuid.UUID, stale_before: dt.datetime, limit: int = 500
+) -> list[Run]:
+    """R9: runs claimed by a boot that is gone (stopped or silent) and never confirmed."""
+    dead = (
+        Q(boot__isnull=True)
+        | Q(boot__stopped_at__isnull=False)
+        | Q(boot__heartbeat_at__lt=stale_before)
+    )
+    return list(
+        Run.objects.filter(dead, state=RunState.CLAIMED)
+        .exclude(boot_id=current_boot)
+        .select_related("schedule")
+        .order_by("claimed_at")[:limit]
+    )
+
+
+def take_over(run_id: int, old_boot: uuid.UUID | None, new_boot: uuid.UUID) -> bool:
+    """Compare-and-set: only one beat re-sends an in-doubt run."""
+    return bool(
+        Run.objects.filter(pk=run_id, state=RunState.CLAIMED, boot_id=old_boot).update(
+            boot_id=new_boot, reason=Reason.REPUBLISH
+        )
+    )

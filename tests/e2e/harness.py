@@ -74,10 +74,20 @@ class Proc:
         try:
             code = self.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired as exc:
+            self.dump_stack()
             self.kill()
             raise AssertionError(f"{self.name} did not stop within {timeout}s on SIGTERM") from exc
         self._log.close()
         return code
+
+    def dump_stack(self) -> None:
+        """Where a process hangs, for the person reading a failed CI run."""
+        py_spy = Path(sys.executable).with_name("py-spy")
+        if py_spy.exists():
+            dump = subprocess.run(
+                [str(py_spy), "dump", "--pid", str(self.popen.pid)], capture_output=True, text=True
+            )
+            (OUTPUT / f"{self.name}.stack").write_text(dump.stdout + dump.stderr)
 
     def stop(self) -> None:
         if self.alive:

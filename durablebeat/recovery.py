@@ -1,0 +1,153 @@
+"""Nothing lost when the broker blinks or a beat dies between claim and publish (R9, §2).
+
+Two cases, both about a run that is claimed in the ledger but has no confirmed publish:
+
+- *This boot* could not publish (broker down): the run stays claimed and the message is
+  retried with backoff while the slot is still worth sending (delivery: inside its catch-up
+  window; housekeeping: until the schedule's next slot), then it is recorded as missed.
+- *An earlier boot* claimed it and died before confirming (R9): a delivery slot is re-sent
+  once, with the same task id and slot, after ``catch_up_settle`` past the slot and inside
+  its window; a housekeeping slot is recorded as missed. A confirmed publish is never re-sent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import conf, ledger
+from .enums import Reason
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+logger = logging.getLogger("durablebeat")
+
+FIRST_RETRY = dt.timedelta(seconds=1)
+MAX_RETRY = dt.timedelta(seconds=30)
+#: how often the loop looks for in-doubt runs of dead boots
+IN_DOUBT_EVERY = dt.timedelta(seconds=30)
+
+
+@dataclass
+class PendingPublish:
+    claim: ledger.Claim
+    give_up_at: dt.datetime
+    next_try: dt.datetime
+    attempts: int = 1
+    error: str = ""
+
+
+class Retries:
+    """Claims of this boot whose publish failed, in memory: a restart hands them to R9."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, PendingPublish] = {}
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def add(
+        self, claim: ledger.Claim, give_up_at: dt.datetime, now: dt.datetime, error: str
+    ) -> None:
+        self.pending[claim.task_id] = PendingPublish(claim, give_up_at, now + FIRST_RETRY, 1, error)
+
+    def next_wake(self) -> dt.datetime | None:
+        return min((p.next_try for p in self.pending.values()), default=None)
+
+    def run(self, engine: Engine, now: dt.datetime) -> None:
+        """Try what is due; stop at the first failure (the broker is still down)."""
+        published: list[int] = []
+        for key, item in sorted(self.pending.items(), key=lambda kv: kv[1].claim.slot):
+            if now >= item.give_up_at:
+                self._give_up(engine, item, now)
+                del self.pending[key]
+                continue
+            if item.next_try > now:
+                continue
+            error = engine.try_publish(item.claim, now)
+            if error is None:
+                if item.claim.run_id is not None:
+                    published.append(item.claim.run_id)
+                del self.pending[key]
+                continue
+            item.attempts += 1
+            item.error = error
+            item.next_try = now + min(MAX_RETRY, FIRST_RETRY * 2 ** (item.attempts - 1))
+            for other in self.pending.values():  # one failure says the broker is down
+                other.next_try = max(other.next_try, item.next_try)
+            break
+        ledger.mark_published(published, now)
+
+    @staticmethod
+    def _give_up(engine: Engine, item: PendingPublish, now: dt.datetime) -> None:
+        detail = (
+            f"broker unreachable: not published after {item.attempts} attempts ({item.error})"
+        )[:300]
+        if item.claim.run_id is not None:
+            ledger.mark_missed([item.claim.run_id], detail, now)
+        logger.error(
+            "missed schedule=%s slot=%s reason=%s",
+            item.claim.schedule,
+            item.claim.slot.isoformat(),
+            detail,
+            extra={"event": "missed", "schedule": item.claim.schedule, "boot": str(engine.boot_id)},
+        )
+
+
+def give_up_at(
+    slot: dt.datetime, next_fire_at: dt.datetime | None, delivery: bool, window: dt.timedelta
+) -> dt.datetime:
+    """How long a slot is worth sending: delivery inside its window, housekeeping until
+    its schedule's next slot."""
+    if delivery or next_fire_at is None:
+        return slot + window
+    return next_fire_at
+
+
+def resend_in_doubt(engine: Engine, now: dt.datetime) -> None:
+    """R9, a loop hook: settle the claims that dead boots left without a confirmed publish."""
+    last = getattr(engine, "_last_in_doubt", None)
+    if last is not None and now - last < IN_DOUBT_EVERY:
+        return
+    engine._last_in_doubt = now  # type: ignore[attr-defined]
+    s = conf.settings
+    stale_before = now - s.HEARTBEAT_STALE_AFTER
+    for run in ledger.in_doubt_runs(engine.boot_id, stale_before):
+        schedule = run.schedule
+        window = schedule.catch_up_window or s.CATCH_UP_WINDOW
+        if now < run.slot + s.CATCH_UP_SETTLE:
+            continue  # it may still be on its way: not before the settle time
+        old_boot = run.boot_id
+        if not schedule.catch_up or now - run.slot > window:
+            why = (
+                "housekeeping is not re-sent" if not schedule.catch_up else "older than its window"
+            )
+            detail = f"in doubt: boot {old_boot} died before confirming the publish; {why}"
+            ledger.mark_missed([run.pk], detail[:300], now)
+            logger.warning(
+                "missed schedule=%s slot=%s reason=%s",
+                schedule.name,
+                run.slot.isoformat(),
+                detail,
+                extra={"event": "missed", "schedule": schedule.name},
+            )
+            continue
+        if not ledger.take_over(run.pk, old_boot, engine.boot_id):
+            continue  # another beat took it
+        claim = ledger.Claim(
+            run.pk,
+            run.task_id or "",
+            schedule.pk,
+            schedule.name,
+            run.slot,
+            Reason.REPUBLISH,
+            engine.boot_id,
+            ledger.Message.for_row(schedule),
+        )
+        if engine.try_publish(claim, now) is None:
+            ledger.mark_published([run.pk], now)
+        else:
+            engine.retries.add(claim, run.slot + window, now, "broker unreachable")
