@@ -18,16 +18,19 @@ from project.settings import INSTALLED_APPS, VAR_DIR, database_from_env
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.e2eapp", "django_celery_beat"]
 
 TEST_DB = os.environ.get("DURABLEBEAT_TEST_DB", "postgres")
+# Several test runs at once on one machine (e.g. two developers' checkouts) each set their
+# own suffix, so that they never share a test database or a broker database.
+TEST_SUFFIX = os.environ.get("DURABLEBEAT_TEST_SUFFIX", "")
 PG_USER = os.environ.get("PGUSER", "postgres")
 PG_HOST = os.environ.get("PGHOST", "127.0.0.1")
 if "DATABASE_URL" in os.environ:
     DATABASES = {"default": database_from_env(os.environ["DATABASE_URL"])}
 elif TEST_DB == "sqlite":
     DATABASES = {"default": database_from_env(f"sqlite:///{VAR_DIR / 'tests.sqlite3'}")}
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test_tests.sqlite3")}
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test_tests{TEST_SUFFIX}.sqlite3")}
 else:
     DATABASES = {"default": database_from_env(f"postgres://{PG_USER}@{PG_HOST}:5432/durablebeat")}
-    DATABASES["default"]["TEST"] = {"NAME": "test_durablebeat"}
+    DATABASES["default"]["TEST"] = {"NAME": f"test_durablebeat{TEST_SUFFIX}"}
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
 CELERY_BROKER_TRANSPORT_OPTIONS = {}

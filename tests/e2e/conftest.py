@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -8,7 +9,8 @@ from django.db import connection
 
 from .harness import Cluster
 
-BROKER = "redis://127.0.0.1:6379/14"
+# Redis database 14 by default; a parallel run sets DURABLEBEAT_TEST_REDIS_DB to its own.
+BROKER = f"redis://127.0.0.1:6379/{os.environ.get('DURABLEBEAT_TEST_REDIS_DB', '14')}"
 
 
 def _database_url() -> str:
