@@ -7,6 +7,8 @@ class DurablebeatConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks
+        from . import checks, tracking
 
         checks.register()
+        # Completion tracking in every worker that loads Django, with no code in user tasks.
+        tracking.connect()

@@ -1,9 +1,11 @@
-"""Work the beat loop does besides firing, each throttled on its own (e.g. R15 reclaim)."""
+"""Work the beat loop does besides firing, each throttled on its own."""
 
 from __future__ import annotations
 
 from .engine import Hook
+from .reclaim import OrphanReclaim
 
 
 def default_hooks() -> list[Hook]:
-    return []
+    """A fresh set per engine: orphan reclaim (R13, R15) is part of the loop itself."""
+    return [OrphanReclaim()]

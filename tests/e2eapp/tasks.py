@@ -37,7 +37,7 @@ def sleep_then_record(self, seconds: float) -> str:  # type: ignore[no-untyped-d
     return "slept"
 
 
-@shared_task(bind=True)
+@shared_task(bind=True, soft_time_limit=1, time_limit=60)
 def outlive_soft_limit(self, seconds: float) -> str:  # type: ignore[no-untyped-def]
     """Catches SoftTimeLimitExceeded, goes on, returns normally: succeeded (R12)."""
     deadline = time.monotonic() + seconds
@@ -50,9 +50,16 @@ def outlive_soft_limit(self, seconds: float) -> str:  # type: ignore[no-untyped-
     return "finished after soft limit"
 
 
-@shared_task(bind=True)
+@shared_task(bind=True, soft_time_limit=1, time_limit=60)
 def escape_soft_limit(self, seconds: float) -> str:  # type: ignore[no-untyped-def]
     """Lets SoftTimeLimitExceeded escape: failed (R12)."""
+    time.sleep(seconds)
+    return "unreachable"
+
+
+@shared_task(bind=True, time_limit=2)
+def outlive_hard_limit(self, seconds: float) -> str:  # type: ignore[no-untyped-def]
+    """Killed by its hard time limit: no worker signal, FAILURE in the result backend."""
     time.sleep(seconds)
     return "unreachable"
 

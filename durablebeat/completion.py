@@ -1,0 +1,95 @@
+"""What really happened to a fire: the run's moves after publish (R11-R13).
+
+claimed -> published -> started -> succeeded | failed, and published/started -> lost
+(reclaimed, see ``reclaim``). Each move is one conditional UPDATE keyed on the run's task id,
+so it is safe to apply twice, in any order, from the worker's signals and from the result
+backend alike. "Later evidence wins": a completion turns a lost run into succeeded or failed,
+and nothing moves a succeeded or failed run again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Coalesce
+
+from .enums import RunState
+from .models import Run, Schedule
+
+#: states a start may move on from (a lost run that starts was alive after all)
+STARTABLE = (RunState.CLAIMED, RunState.PUBLISHED, RunState.LOST)
+#: states a completion may move on from (R11: a completion overrides lost)
+COMPLETABLE = (RunState.CLAIMED, RunState.PUBLISHED, RunState.STARTED, RunState.LOST)
+#: error text kept on a run
+MAX_ERROR = 4000
+
+
+@dataclass(frozen=True)
+class Started:
+    """A worker began the body of a run's task."""
+
+    task_id: str
+    at: dt.datetime
+    worker: str
+    worker_pid: int | None
+    hard_time_limit: float | None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A run's body ended: ``succeeded`` when it returned normally (R12)."""
+
+    task_id: str
+    at: dt.datetime
+    succeeded: bool
+    started_at: dt.datetime | None = None
+    soft_time_limit_exceeded: bool = False
+    error: str = ""
+
+
+def start(event: Started) -> bool:
+    """Record a start; False when the task id is not a run (not ours, or not written yet)."""
+    return bool(
+        Run.objects.filter(task_id=event.task_id, state__in=STARTABLE).update(
+            state=RunState.STARTED,
+            started_at=event.at,
+            worker=event.worker[:255],
+            worker_pid=event.worker_pid,
+            hard_time_limit=event.hard_time_limit,
+            published_at=Coalesce(F("published_at"), event.at),
+            detail="",
+        )
+    )
+
+
+def finish(event: Finished) -> bool:
+    """Record a completion and move the schedule's last outcome (R11, R12).
+
+    ``last_completed_at`` moves on every succeeded run, however late; a failure moves
+    ``last_failed_at`` and never ``last_completed_at``.
+    """
+    state = RunState.SUCCEEDED if event.succeeded else RunState.FAILED
+    changes: dict[str, object] = {
+        "state": state,
+        "finished_at": event.at,
+        "started_at": Coalesce(F("started_at"), event.started_at or event.at),
+        "published_at": Coalesce(F("published_at"), event.started_at or event.at),
+        "soft_time_limit_exceeded": event.soft_time_limit_exceeded,
+        "error": event.error[:MAX_ERROR],
+        "detail": "",
+    }
+    with transaction.atomic():
+        runs = Run.objects.filter(task_id=event.task_id, state__in=COMPLETABLE)
+        schedule_id = runs.values_list("schedule_id", flat=True).first()
+        if schedule_id is None or not runs.update(**changes):
+            return False
+        if event.succeeded:
+            outcome = {"last_completed_at": event.at, "last_outcome": state}
+        else:
+            outcome = {"last_failed_at": event.at, "last_outcome": state}
+        # Only updated fields: a save() would clear the row's error and touch the rest.
+        Schedule.objects.filter(pk=schedule_id).update(**outcome)
+    return True

@@ -1,0 +1,244 @@
+"""Orphan reclaim, part of the beat loop itself (R13, R15).
+
+A run whose worker died stays "started" for ever, and under ``overlap=skip`` its schedule
+skips for ever: the 13-day silent stop behind SPEC §4. So every beat runs this as a loop
+hook, at most every ``GC_INTERVAL`` across all beats and restarts (the last round's time is
+a row in the database, taken by compare-and-set), in two steps:
+
+1. **Reconcile** (R13): runs with no worker news for ``UNCONFIRMED_AFTER``, and runs
+   reclaimed lately, are looked up in the result backend; a recorded success or failure
+   is applied (a hard time limit kill is only ever recorded there). Lost runs that turn out
+   to have completed become succeeded or failed: the later evidence wins (R11).
+2. **Reclaim** (R15): a started run is marked lost only on evidence that it is dead: its
+   worker's liveness row is older than ``WORKER_DEAD_AFTER``, or it has run past its hard
+   time limit plus ``RECLAIM_MARGIN``. A run whose worker is alive and within its limit is
+   never touched. A run published but never started names no worker and is left to
+   ``check`` (an unresolved run), not guessed at.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models import Q
+
+from . import completion, conf, ledger
+from .enums import RunState
+from .models import Marker, Run, WorkerHeartbeat
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+logger = logging.getLogger("durablebeat")
+
+MARKER = "orphan_reclaim"
+#: most runs looked up in the result backend, and reclaimed, in one round
+ROUND_LIMIT = 500
+#: how long after its reclaim a lost run is still looked up in the result backend
+LOST_RECHECK_FOR = dt.timedelta(hours=24)
+
+
+# --- the pure decision ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartedRun:
+    """What the reclaim decision needs to know of one started run."""
+
+    started_at: dt.datetime
+    worker: str
+    worker_pid: int | None
+    hard_time_limit: float | None
+
+
+def reclaim_reason(
+    run: StartedRun,
+    worker_seen_at: dt.datetime | None,
+    now: dt.datetime,
+    dead_after: dt.timedelta,
+    margin: dt.timedelta,
+) -> str | None:
+    """Why ``run`` is dead, or None when there is no evidence that it is (R15)."""
+    if run.hard_time_limit is not None:
+        limit = dt.timedelta(seconds=run.hard_time_limit)
+        if now > run.started_at + limit + margin:
+            return (
+                f"ran past its hard time limit ({run.hard_time_limit:g} s) plus the reclaim "
+                f"margin ({margin.total_seconds():g} s)"
+            )
+    who = f"worker {run.worker or '?'} (pid {run.worker_pid})"
+    if worker_seen_at is None:
+        if now - run.started_at > dead_after:
+            return f"{who} has written no liveness row since the run started"
+        return None
+    if now - worker_seen_at > dead_after:
+        return f"{who} silent since {worker_seen_at.isoformat(timespec='seconds')}"
+    return None
+
+
+# --- the loop hook ---------------------------------------------------------------------------
+
+
+@dataclass
+class OrphanReclaim:
+    """The beat loop hook: one round when this beat holds the shared turn."""
+
+    next_look: dt.datetime | None = None
+    rounds: int = 0
+
+    def __call__(self, engine: Engine, now: dt.datetime) -> None:
+        if self.next_look is not None and now < self.next_look:
+            return
+        every = conf.settings.GC_INTERVAL
+        turn_again_at = take_turn(now, every)
+        if turn_again_at is not None:
+            self.next_look = turn_again_at  # another beat (or an earlier boot) had it
+            return
+        self.next_look = now + every
+        self.rounds += 1
+        try:
+            run_round(now, engine.boot_id)
+        except DatabaseError:
+            raise  # the engine falls back to memory and retries the database
+        except Exception:  # a bug here must never stop the firing
+            logger.exception("orphan reclaim failed", extra={"event": "reclaim_failed"})
+
+
+def take_turn(now: dt.datetime, every: dt.timedelta) -> dt.datetime | None:
+    """Compare-and-set on the shared marker: None when this beat runs the round now,
+    else when the next round is due."""
+    if Marker.objects.filter(key=MARKER, at__lte=now - every).update(at=now):
+        return None
+    try:
+        with transaction.atomic():
+            Marker.objects.create(key=MARKER, at=now)
+        return None
+    except IntegrityError:
+        pass
+    last = Marker.objects.filter(key=MARKER).values_list("at", flat=True).first()
+    if last is None:
+        return now  # deleted meanwhile: look again on the next tick
+    return min(last, now) + every
+
+
+def run_round(now: dt.datetime, boot_id: uuid.UUID | None) -> tuple[int, int]:
+    """Reconcile, then reclaim; returns (runs reconciled, runs reclaimed)."""
+    return reconcile_results(now), reclaim(now, boot_id)
+
+
+# --- step 1: the result backend (R13) --------------------------------------------------------
+
+
+def reconcile_results(now: dt.datetime, app: Any = None) -> int:
+    s = conf.settings
+    if not s.RESULT_RECONCILE:
+        return 0
+    backend = _backend(app)
+    if backend is None:
+        return 0
+    quiet_since = now - s.UNCONFIRMED_AFTER
+    unconfirmed = Q(state=RunState.PUBLISHED, published_at__lte=quiet_since) | Q(
+        state=RunState.STARTED, started_at__lte=quiet_since
+    )
+    lately_lost = Q(state=RunState.LOST, finished_at__gte=now - LOST_RECHECK_FOR)
+    task_ids = list(
+        Run.objects.filter(unconfirmed | lately_lost)
+        .exclude(task_id=None)
+        .order_by("claimed_at")
+        .values_list("task_id", flat=True)[:ROUND_LIMIT]
+    )
+    done = 0
+    for task_id in task_ids:
+        event = _finished_from_backend(backend, task_id, now)
+        if event is not None and completion.finish(event):
+            done += 1
+            logger.info(
+                "reconciled task_id=%s state=%s from the result backend",
+                task_id,
+                RunState.SUCCEEDED if event.succeeded else RunState.FAILED,
+                extra={"event": "reconciled", "task_id": task_id},
+            )
+    return done
+
+
+def _backend(app: Any) -> Any:
+    from celery.backends.base import DisabledBackend
+
+    if app is None:
+        from celery import current_app
+
+        app = current_app._get_current_object()
+    backend = app.backend
+    return None if isinstance(backend, DisabledBackend) else backend
+
+
+def _finished_from_backend(backend: Any, task_id: str, now: dt.datetime) -> Any:
+    meta = backend.get_task_meta(task_id)
+    status = meta.get("status")
+    if status not in ("SUCCESS", "FAILURE", "REVOKED"):
+        return None
+    done_at = meta.get("date_done") or now
+    if isinstance(done_at, str):
+        done_at = dt.datetime.fromisoformat(done_at)
+    if done_at.tzinfo is None:
+        done_at = done_at.replace(tzinfo=dt.UTC)
+    if status == "SUCCESS":
+        return completion.Finished(task_id, done_at, succeeded=True)
+    result = meta.get("result")
+    error = f"{type(result).__name__}: {result}" if isinstance(result, BaseException) else ""
+    error = error or f"{status}: {result!r}"
+    return completion.Finished(task_id, done_at, succeeded=False, error=error)
+
+
+# --- step 2: reclaim (R15) -------------------------------------------------------------------
+
+
+def reclaim(now: dt.datetime, boot_id: uuid.UUID | None) -> int:
+    s = conf.settings
+    runs = list(
+        Run.objects.filter(state=RunState.STARTED, started_at__isnull=False)
+        .select_related("schedule")
+        .order_by("started_at")[:ROUND_LIMIT]
+    )
+    if not runs:
+        return 0
+    seen = {
+        (w, p): at
+        for w, p, at in WorkerHeartbeat.objects.filter(
+            worker__in={r.worker for r in runs}
+        ).values_list("worker", "pid", "seen_at")
+    }
+    reclaimed: list[str] = []
+    for run in runs:
+        view = StartedRun(run.started_at, run.worker, run.worker_pid, run.hard_time_limit)
+        seen_at = seen.get((run.worker, run.worker_pid or 0))
+        why = reclaim_reason(view, seen_at, now, s.WORKER_DEAD_AFTER, s.RECLAIM_MARGIN)
+        if why is None:
+            continue
+        # Compare-and-set: a completion that arrived meanwhile wins.
+        moved = Run.objects.filter(
+            pk=run.pk, state=RunState.STARTED, started_at=run.started_at
+        ).update(state=RunState.LOST, finished_at=now, detail=f"reclaimed: {why}"[:300])
+        if moved:
+            reclaimed.append(f"{run.schedule.name} slot {run.slot.isoformat()}: {why}")
+            logger.warning(
+                "lost schedule=%s slot=%s task_id=%s reason=%s",
+                run.schedule.name,
+                run.slot.isoformat(),
+                run.task_id,
+                why,
+                extra={"event": "lost", "schedule": run.schedule.name},
+            )
+    if reclaimed:
+        ledger.incident("reclaim", "\n".join(reclaimed[:20]), now, boot_id, len(reclaimed))
+        logger.warning(
+            "reclaim count=%d: runs whose worker is gone or past their hard limit are lost",
+            len(reclaimed),
+            extra={"event": "reclaim", "count": len(reclaimed)},
+        )
+    return len(reclaimed)

@@ -1,0 +1,223 @@
+"""The worker side: what each fired task really did, and which workers are alive (R11-R15).
+
+Connected by the app itself (``DurablebeatConfig.ready``) when a worker loads Django, so user
+tasks carry no durablebeat code. Only messages durablebeat sent (they carry its headers) are
+tracked; every other task costs one dictionary look-up.
+
+The rule for the outcome (R12): the body decides. ``task_postrun`` says SUCCESS exactly when
+the body returned normally, so the run is **succeeded** then, even when the soft time limit
+fired during the body (the body caught it and went on; the run carries
+``soft_time_limit_exceeded``) and even when the limit landed after the body returned, while
+Celery was storing the result, and Celery itself stored FAILURE. Only an exception escaping
+the body is **failed**. A hard time limit kills the process before any signal: the parent
+stores FAILURE(TimeLimitExceeded) in the result backend, and beat reconciles it from there
+(``reclaim.reconcile_results``, R13).
+
+A tracking write that fails (the database blinked) is logged and never fails the task: the
+result backend reconciliation catches the run up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DatabaseError, close_old_connections, connection
+
+from . import clock, completion, conf
+from .models import WorkerHeartbeat
+
+logger = logging.getLogger("durablebeat")
+
+#: the header every durablebeat message carries (``ledger.Claim.headers``)
+MARK = "durablebeat_schedule"
+SOFT_SIGNAL = getattr(signal, "SIGUSR1", None)  # billiard's soft time limit signal
+
+
+@dataclass
+class _Tracked:
+    started_at: Any
+    soft_fired: bool = False
+    previous_handler: Any = None
+
+
+_tracked: dict[str, _Tracked] = {}
+#: the worker's main process, the one that writes the liveness row (set in pool children)
+_main_pid: int | None = None
+
+
+def is_ours(task: Any) -> bool:
+    request = getattr(task, "request", None)
+    if request is None:
+        return False
+    if getattr(request, MARK, None):
+        return True
+    return bool((getattr(request, "headers", None) or {}).get(MARK))
+
+
+def hard_time_limit(task: Any) -> float | None:
+    """The hard limit the pool applies to this task: message, then task, then app."""
+    limits = getattr(task.request, "timelimit", None) or (None, None)
+    value = limits[0] or getattr(task, "time_limit", None) or task.app.conf.task_time_limit
+    return float(value) if value else None
+
+
+def worker_name(task: Any) -> str:
+    return str(getattr(task.request, "hostname", None) or "")
+
+
+def main_pid() -> int:
+    return _main_pid if _main_pid is not None else os.getpid()
+
+
+def _guarded(what: str, task_id: str, write: Any) -> None:
+    """Run one tracking write; a database error is logged, never raised into the task."""
+    try:
+        close_old_connections()
+        write()
+    except DatabaseError as exc:
+        with contextlib.suppress(DatabaseError):
+            connection.close()
+        logger.warning(
+            "could not record %s of task %s (the result backend reconciles it): %s",
+            what,
+            task_id,
+            exc,
+            extra={"event": "tracking_failed", "task_id": task_id},
+        )
+
+
+# --- signal receivers --------------------------------------------------------------------
+
+
+def on_prerun(sender: Any = None, task_id: str = "", task: Any = None, **_: Any) -> None:
+    if task is None or not is_ours(task):
+        return
+    now = clock.now()
+    tracked = _Tracked(started_at=now)
+    _tracked[task_id] = tracked
+    _watch_soft_limit(tracked)
+    event = completion.Started(task_id, now, worker_name(task), main_pid(), hard_time_limit(task))
+    _guarded("the start", task_id, lambda: completion.start(event))
+
+
+def on_postrun(
+    sender: Any = None,
+    task_id: str = "",
+    task: Any = None,
+    retval: Any = None,
+    state: str | None = None,
+    **_: Any,
+) -> None:
+    tracked = _tracked.pop(task_id, None)
+    if tracked is None:
+        return
+    _unwatch_soft_limit(tracked)
+    if state not in ("SUCCESS", "FAILURE"):
+        return  # RETRY, REJECTED, IGNORED: the run stays in flight; its next try reports
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    failed = state == "FAILURE"
+    error = f"{type(retval).__name__}: {retval}" if failed else ""
+    event = completion.Finished(
+        task_id,
+        clock.now(),
+        succeeded=not failed,
+        started_at=tracked.started_at,
+        soft_time_limit_exceeded=tracked.soft_fired or isinstance(retval, SoftTimeLimitExceeded),
+        error=error,
+    )
+    _guarded("the completion", task_id, lambda: completion.finish(event))
+
+
+def _watch_soft_limit(tracked: _Tracked) -> None:
+    """Note when billiard's soft-limit signal reaches this process during the body, then
+    let billiard's own handler raise ``SoftTimeLimitExceeded`` as usual."""
+    if SOFT_SIGNAL is None or threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(SOFT_SIGNAL)
+    if not callable(previous):
+        return  # no soft limit handler here (solo or thread pool): nothing to watch
+
+    def watch(signum: int, frame: Any) -> None:
+        tracked.soft_fired = True
+        previous(signum, frame)
+
+    tracked.previous_handler = previous
+    signal.signal(SOFT_SIGNAL, watch)
+
+
+def _unwatch_soft_limit(tracked: _Tracked) -> None:
+    if tracked.previous_handler is not None and SOFT_SIGNAL is not None:
+        with contextlib.suppress(ValueError):
+            signal.signal(SOFT_SIGNAL, tracked.previous_handler)
+
+
+# --- worker liveness (R15) ----------------------------------------------------------------
+
+
+def write_worker_heartbeat(worker: str, pid: int, now: Any) -> None:
+    WorkerHeartbeat.objects.update_or_create(
+        worker=worker[:255], pid=pid, defaults={"seen_at": now}
+    )
+
+
+class _Heartbeat(threading.Thread):
+    """Writes the worker's liveness row every ``WORKER_HEARTBEAT_INTERVAL``."""
+
+    def __init__(self, worker: str, pid: int) -> None:
+        super().__init__(name="durablebeat-heartbeat", daemon=True)
+        self.worker, self.pid = worker, pid
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            _guarded("the worker heartbeat", "-", self._write)
+            self.stopping.wait(conf.settings.WORKER_HEARTBEAT_INTERVAL.total_seconds())
+        with contextlib.suppress(DatabaseError):
+            connection.close()
+
+    def _write(self) -> None:
+        write_worker_heartbeat(self.worker, self.pid, clock.now())
+
+
+_heartbeat: _Heartbeat | None = None
+
+
+def on_worker_ready(sender: Any = None, **_: Any) -> None:
+    global _heartbeat
+    hostname = str(getattr(sender, "hostname", "") or "")
+    if _heartbeat is None and hostname:
+        _heartbeat = _Heartbeat(hostname, os.getpid())
+        _heartbeat.start()
+
+
+def on_worker_shutdown(sender: Any = None, **_: Any) -> None:
+    if _heartbeat is not None:
+        _heartbeat.stopping.set()
+
+
+def on_worker_init(**_: Any) -> None:
+    """In the worker's main process, before the pool forks: pool children inherit the pid,
+    so a run is attributed to the main process, whose liveness row says it lives."""
+    global _main_pid
+    _main_pid = os.getpid()
+
+
+def connect() -> None:
+    """Connect the receivers (idempotent)."""
+    from celery import signals
+
+    for sig, receiver in (
+        (signals.task_prerun, on_prerun),
+        (signals.task_postrun, on_postrun),
+        (signals.worker_ready, on_worker_ready),
+        (signals.worker_shutdown, on_worker_shutdown),
+        (signals.worker_init, on_worker_init),
+    ):
+        sig.connect(receiver, weak=False, dispatch_uid=f"durablebeat.{receiver.__name__}")
