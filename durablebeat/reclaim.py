@@ -41,6 +41,8 @@ MARKER = "orphan_reclaim"
 ROUND_LIMIT = 500
 #: how long after its reclaim a lost run is still looked up in the result backend
 LOST_RECHECK_FOR = dt.timedelta(hours=24)
+#: liveness rows of worker processes silent this long are deleted (each start adds one)
+FORGET_WORKERS_AFTER = dt.timedelta(days=7)
 
 
 # --- the pure decision ---------------------------------------------------------------------
@@ -128,7 +130,10 @@ def take_turn(now: dt.datetime, every: dt.timedelta) -> dt.datetime | None:
 
 def run_round(now: dt.datetime, boot_id: uuid.UUID | None) -> tuple[int, int]:
     """Reconcile, then reclaim; returns (runs reconciled, runs reclaimed)."""
-    return reconcile_results(now), reclaim(now, boot_id)
+    done = reconcile_results(now), reclaim(now, boot_id)
+    # A run of a forgotten worker reads as "no liveness row": still evidence of death.
+    WorkerHeartbeat.objects.filter(seen_at__lt=now - FORGET_WORKERS_AFTER).delete()
+    return done
 
 
 # --- step 1: the result backend (R13) --------------------------------------------------------

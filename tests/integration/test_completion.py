@@ -215,6 +215,13 @@ def test_the_same_worker_name_restarted_does_not_keep_an_orphan_alive(flight, t0
     assert reclaim.reclaim(now, None) == 1
 
 
+def test_a_round_forgets_workers_silent_for_a_week(t0):
+    _heartbeat("old@host", 1, t0 - reclaim.FORGET_WORKERS_AFTER - S)
+    _heartbeat("recent@host", 2, t0 - DEAD_AFTER)
+    reclaim.run_round(t0, None)
+    assert list(WorkerHeartbeat.objects.values_list("worker", flat=True)) == ["recent@host"]
+
+
 def test_published_run_never_started_is_not_reclaimed(flight, t0):
     flight(RunState.PUBLISHED)
     assert reclaim.reclaim(t0 + dt.timedelta(days=1), None) == 0
