@@ -1,0 +1,78 @@
+"""The Celery adapter and the system checks: what a project sees before beat fires anything."""
+
+from __future__ import annotations
+
+import pytest
+from celery.schedules import crontab
+from django.core import checks
+
+from durablebeat import checks as db_checks
+from durablebeat.schedulers import DurableScheduler
+from project.celery import app
+
+
+def _ids(messages: list[checks.CheckMessage]) -> list[str | None]:
+    return [m.id for m in messages]
+
+
+def test_scheduler_init_touches_neither_database_nor_broker():
+    """Celery builds a lazy scheduler just for its banner; pytest-django refuses any
+    database access here (no django_db mark), so a query would fail this test."""
+    scheduler = DurableScheduler(app, lazy=True)
+    assert "durablebeat" in scheduler.info
+    assert scheduler.schedule == {}
+    scheduler.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_close_may_be_called_twice_after_a_tick():
+    scheduler = DurableScheduler(app)
+    scheduler.tick()
+    scheduler.close()
+    scheduler.close()
+
+
+def test_max_interval_is_bounded_by_the_setting(settings):
+    settings.DURABLEBEAT_MAX_INTERVAL = 2
+    assert DurableScheduler(app, lazy=True, max_interval=300).max_interval == 2
+
+
+def test_use_tz_off_is_e001(settings):
+    settings.USE_TZ = False
+    assert _ids(db_checks.check_time_zone_support()) == ["durablebeat.E001"]
+    settings.USE_TZ = True
+    assert db_checks.check_time_zone_support() == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("STARTUP_GRACE", "soon"), ("MAX_INTERVAL", 0), ("BATCH_SIZE", "many")],
+)
+def test_a_setting_of_the_wrong_type_is_e002(settings, name, value):
+    setattr(settings, f"DURABLEBEAT_{name}", value)
+    assert "durablebeat.E002" in _ids(db_checks.check_settings())
+
+
+def test_defaults_pass_the_settings_check():
+    assert db_checks.check_settings() == []
+
+
+def test_another_beat_scheduler_is_w001(monkeypatch):
+    monkeypatch.setitem(app.conf, "beat_scheduler", "celery.beat:PersistentScheduler")
+    assert _ids(db_checks.check_scheduler_configured()) == ["durablebeat.W001"]
+    monkeypatch.setitem(app.conf, "beat_scheduler", db_checks.SCHEDULER_PATH)
+    assert db_checks.check_scheduler_configured() == []
+
+
+def test_a_bad_beat_schedule_entry_is_e003_naming_it(monkeypatch):
+    bad = {
+        "broken-digest": {
+            "task": "x.y",
+            "schedule": crontab(),
+            "options": {"durablebeat": {"catchup": True}},
+        }
+    }
+    monkeypatch.setitem(app.conf, "beat_schedule", bad)
+    found = db_checks.check_code_schedules()
+    assert _ids(found) == ["durablebeat.E003"]
+    assert "broken-digest" in found[0].msg and "catchup" in found[0].msg
