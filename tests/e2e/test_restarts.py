@@ -73,7 +73,9 @@ def test_restart_storm_faster_than_the_period_neither_starves_nor_doubles(cluste
     executed = _executions("every20")
     assert set(executed.values()) == {1}, f"a slot ran twice: {executed}"
     assert len(executed) == len(slots)
-    assert Boot.objects.count() == len(beats)
+    # Every beat that reached the database left its boot; one killed while still importing
+    # Django (a slow start on a loaded machine) never got there, and fired nothing.
+    assert Boot.objects.count() == sum(_booted(b) for b in beats)
     _assert_no_crash(beats)
 
 
