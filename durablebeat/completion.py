@@ -19,8 +19,9 @@ from django.db.models.functions import Coalesce
 from .enums import RunState
 from .models import Run, Schedule
 
-#: states a start may move on from (a lost run that starts was alive after all)
-STARTABLE = (RunState.CLAIMED, RunState.PUBLISHED, RunState.LOST)
+#: states a start may move on from: a lost run that starts was alive after all, and a
+#: started one that starts again was redelivered (acks_late after its worker died)
+STARTABLE = (RunState.CLAIMED, RunState.PUBLISHED, RunState.STARTED, RunState.LOST)
 #: states a completion may move on from (R11: a completion overrides lost)
 COMPLETABLE = (RunState.CLAIMED, RunState.PUBLISHED, RunState.STARTED, RunState.LOST)
 #: error text kept on a run

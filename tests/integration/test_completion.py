@@ -90,6 +90,14 @@ def test_completion_after_lost_wins(flight, t0):
     assert run.state == RunState.SUCCEEDED and run.detail == ""
 
 
+def test_a_redelivered_run_is_attributed_to_the_worker_that_runs_it_now(flight, t0):
+    run = flight()
+    assert _start(run, t0 + S, worker="dead@host", pid=1)
+    assert _start(run, t0 + 200 * S, worker="alive@host", pid=2)
+    run.refresh_from_db()
+    assert (run.worker, run.worker_pid, run.started_at) == ("alive@host", 2, t0 + 200 * S)
+
+
 def test_a_finished_run_never_moves_again(flight, t0):
     run = flight()
     assert _finish(run, t0 + 5 * S)
