@@ -9,5 +9,6 @@ export DJANGO_SETTINGS_MODULE=project.settings
 echo "durablebeat demo: admin at 'manage.py runserver' (create a user with createsuperuser)."
 echo "Fires are printed as 'fire schedule=... slot=... reason=...'. Ctrl-C stops."
 # -B runs beat inside the worker process; --pool solo keeps SQLite to one writer process.
+# (For a worker, -S is --statedb, a shelve file: the scheduler is --scheduler.)
 exec .venv/bin/celery -A project worker -B --pool solo --loglevel INFO \
-    -S durablebeat.schedulers:DurableScheduler
+    --scheduler durablebeat.schedulers:DurableScheduler

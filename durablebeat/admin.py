@@ -1,0 +1,574 @@
+"""The Django admin (R19): schedules with their next fire in words, enable / disable / run
+now / reset, read-only run history, and a health summary when ``check`` would fail.
+
+Permissions are Django's model permissions: the actions need "change schedule"; the run
+history, boots, missed slots and incidents are view-only for everyone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError
+from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.views.decorators.http import require_POST
+
+from . import clock, conf, health, publishing, report
+from .enums import Reason, RunState, Source
+from .forms import CODE_OWNED_FIELDS, ScheduleForm, apply_edit_rules
+from .models import Boot, Incident, MissedSlots, Run, Schedule, WorkerHeartbeat
+
+logger = logging.getLogger("durablebeat")
+
+if TYPE_CHECKING:
+    _ScheduleAdminBase = admin.ModelAdmin[Schedule]
+    _AnyAdminBase = admin.ModelAdmin[Any]
+else:  # Django's classes are generic for the type checker only
+    _ScheduleAdminBase = _AnyAdminBase = admin.ModelAdmin
+
+RECENT_RUNS = 20
+_OUTCOME_COLOURS = {
+    RunState.SUCCEEDED: "#2e7d32",
+    RunState.FAILED: "#c62828",
+    RunState.LOST: "#c62828",
+    RunState.SKIPPED: "#ef6c00",
+    RunState.MISSED: "#ef6c00",
+}
+
+
+def local(value: dt.datetime | None) -> str:
+    """An instant in the admin's time zone, with the zone said."""
+    if value is None:
+        return "-"
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def _outcome(state: str) -> str:
+    if not state:
+        return "-"
+    colour = _OUTCOME_COLOURS.get(RunState(state), "inherit")
+    return format_html('<span style="color:{}">{}</span>', colour, RunState(state).label)
+
+
+# --- schedule list filters ------------------------------------------------------------------
+
+
+class StuckFilter(admin.SimpleListFilter):
+    title = "stuck"
+    parameter_name = "stuck"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Stuck (every fire skipped)"), ("no", "Not stuck")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
+        if self.value() == "yes":
+            return queryset.filter(stuck_since__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(stuck_since__isnull=True)
+        return queryset
+
+
+class OverdueFilter(admin.SimpleListFilter):
+    title = "overdue"
+    parameter_name = "overdue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Overdue"), ("no", "On time")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
+        overdue = Q(enabled=True, error="", next_fire_at__lt=clock.now())
+        if self.value() == "yes":
+            return queryset.filter(overdue)
+        if self.value() == "no":
+            return queryset.exclude(overdue)
+        return queryset
+
+
+class ProblemFilter(admin.SimpleListFilter):
+    title = "bad row"
+    parameter_name = "invalid"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Beat cannot use it")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
+        if self.value() == "yes":
+            return queryset.exclude(error="")
+        return queryset
+
+
+# --- schedules ------------------------------------------------------------------------------
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(_ScheduleAdminBase):
+    form = ScheduleForm
+    list_display = (
+        "name",
+        "task",
+        "schedule_in_words",
+        "enabled",
+        "next_fire",
+        "last_completion",
+        "outcome",
+        "stuck",
+    )
+    list_filter = (
+        "enabled",
+        "kind",
+        "source",
+        StuckFilter,
+        OverdueFilter,
+        ProblemFilter,
+    )
+    search_fields = ("name", "task", "description")
+    actions = ("enable", "disable", "run_now", "reset_next_fire")
+    save_on_top = True
+    _status_fields = (
+        "schedule_in_words",
+        "next_fire_detail",
+        "next_fire_reason",
+        "last_fired_at",
+        "last_completed_at",
+        "last_failed_at",
+        "outcome",
+        "stuck_detail",
+        "error_detail",
+        "source",
+        "removed_from_code_at",
+        "created_at",
+        "updated_at",
+    )
+    fieldsets = (
+        (None, {"fields": ("name", "task", "description", "enabled")}),
+        (
+            "Timing",
+            {
+                "fields": (
+                    "kind",
+                    "every",
+                    ("minute", "hour", "day_of_week", "day_of_month", "month_of_year"),
+                    "timezone",
+                    "clocked_at",
+                ),
+                "description": "Interval: fill in <b>every</b>. Crontab: the five fields "
+                "(Celery's syntax, day_of_week 0 = Sunday) and the time zone. One-off: the "
+                "time. A change here makes beat compute the next fire afresh.",
+            },
+        ),
+        ("Next fire", {"fields": ("next_fire_at",)}),
+        (
+            "Message",
+            {
+                "fields": (
+                    "args",
+                    "kwargs",
+                    "queue",
+                    "routing_key",
+                    "priority",
+                    "expire_seconds",
+                    "headers",
+                ),
+                "classes": ("collapse",),
+            },
+        ),
+        ("Policy", {"fields": ("startup_grace", "catch_up", "catch_up_window", "overlap")}),
+        ("Status", {"fields": (*_status_fields, "recent_runs")}),
+    )
+
+    # --- what it shows ------------------------------------------------------------------
+
+    @admin.display(description="schedule")
+    def schedule_in_words(self, obj: Schedule) -> str:
+        return report.schedule_words(obj)
+
+    @admin.display(description="next fire", ordering="next_fire_at")
+    def next_fire(self, obj: Schedule) -> str:
+        words = report.next_fire_words(obj, clock.now())
+        if obj.next_fire_at is None or not obj.enabled or obj.error:
+            return words
+        colour = "#c62828" if words.startswith("overdue") else "inherit"
+        return format_html(
+            '<span style="color:{}">{}</span><br><small>{}</small>',
+            colour,
+            words,
+            local(obj.next_fire_at),
+        )
+
+    @admin.display(description="next fire")
+    def next_fire_detail(self, obj: Schedule) -> str:
+        if obj.pk is None:
+            return "-"
+        return format_html(
+            "{} ({})", report.next_fire_words(obj, clock.now()), local(obj.next_fire_at)
+        )
+
+    @admin.display(description="last completion", ordering="last_completed_at")
+    def last_completion(self, obj: Schedule) -> str:
+        if obj.last_completed_at is None:
+            return "never"
+        return format_html(
+            "{}<br><small>{}</small>",
+            report.relative(obj.last_completed_at, clock.now()),
+            local(obj.last_completed_at),
+        )
+
+    @admin.display(description="last outcome", ordering="last_outcome")
+    def outcome(self, obj: Schedule) -> str:
+        return _outcome(obj.last_outcome)
+
+    @admin.display(description="stuck", ordering="stuck_since")
+    def stuck(self, obj: Schedule) -> str:
+        if obj.stuck_since is None:
+            return ""
+        return format_html(
+            '<span style="color:#ef6c00" title="{}">for {}</span>',
+            obj.stuck_reason,
+            report.duration_words(clock.now() - obj.stuck_since),
+        )
+
+    @admin.display(description="stuck")
+    def stuck_detail(self, obj: Schedule) -> str:
+        if obj.stuck_since is None:
+            return "no"
+        return format_html(
+            "since {} ({}): {}",
+            local(obj.stuck_since),
+            report.duration_words(clock.now() - obj.stuck_since),
+            obj.stuck_reason,
+        )
+
+    @admin.display(description="error")
+    def error_detail(self, obj: Schedule) -> str:
+        return obj.error or "none"
+
+    @admin.display(description="recent runs")
+    def recent_runs(self, obj: Schedule) -> str:
+        if obj.pk is None:
+            return "-"
+        runs = list(obj.runs.select_related("boot").order_by("-slot")[:RECENT_RUNS])
+        history = reverse("admin:durablebeat_run_changelist") + f"?schedule__id__exact={obj.pk}"
+        if not runs:
+            return format_html('No runs yet. <a href="{}">Run history</a>', history)
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    local(r.slot),
+                    Reason(r.reason).label,
+                    _outcome(r.state),
+                    r.worker or "-",
+                    r.detail or r.error[:120] or "",
+                )
+                for r in runs
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>slot</th><th>reason</th><th>state</th><th>worker</th>"
+            "<th>detail</th></tr></thead><tbody>{}</tbody></table>"
+            '<p><a href="{}">All runs of this schedule</a></p>',
+            rows,
+            history,
+        )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
+        fields = [*self._status_fields, "recent_runs"]
+        if obj is not None and obj.source == Source.CODE:
+            # Code is its source of truth: codesync rewrites these at every boot (R6).
+            fields.extend(CODE_OWNED_FIELDS)
+        return fields
+
+    def get_fieldsets(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
+        if obj is None:
+            return [fs for fs in self.fieldsets if fs[0] != "Status"]
+        if obj.source == Source.CODE:
+            note = (
+                "Defined in code (beat_schedule): its task, timing and options are edited "
+                "there; here you can enable, disable, run now or move its next fire."
+            )
+            return [(None, {"fields": (), "description": note}), *self.fieldsets]
+        return self.fieldsets
+
+    # --- saving -------------------------------------------------------------------------
+
+    def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+        notes = apply_edit_rules(obj, set(form.changed_data), not change, clock.now())
+        super().save_model(request, obj, form, change)
+        for note in notes:
+            self.message_user(request, f"{obj.name}: {note}", messages.INFO)
+
+    # --- actions ------------------------------------------------------------------------
+
+    @admin.action(description="Enable selected schedules", permissions=["change"])
+    def enable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        now = clock.now()
+        # A next fire that passed while disabled is recomputed, not reported as missed.
+        queryset.filter(enabled=False, next_fire_at__lt=now).update(
+            next_fire_at=None, next_fire_reason=Reason.SCHEDULED
+        )
+        n = queryset.update(enabled=True, error="")
+        self._log_action(request, "enable", queryset)
+        self.message_user(request, f"{n} schedule(s) enabled.", messages.SUCCESS)
+
+    @admin.action(description="Disable selected schedules", permissions=["change"])
+    def disable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        n = queryset.update(enabled=False)
+        self._log_action(request, "disable", queryset)
+        self.message_user(request, f"{n} schedule(s) disabled.", messages.SUCCESS)
+
+    @admin.action(description="Reset next fire (beat computes it afresh)", permissions=["change"])
+    def reset_next_fire(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        n = queryset.update(next_fire_at=None, next_fire_reason=Reason.SCHEDULED, error="")
+        self._log_action(request, "reset_next_fire", queryset)
+        self.message_user(
+            request,
+            f"{n} schedule(s) reset: beat sets each next fire on its next look "
+            "(interval: now + startup grace; crontab and one-off: the next slot).",
+            messages.SUCCESS,
+        )
+
+    @admin.action(description="Run selected schedules now", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        for row in queryset:
+            self._run_one(request, row)
+
+    def _run_one(self, request: HttpRequest, row: Schedule) -> None:
+        if row.error:
+            self.message_user(
+                request, f"{row.name} was not run: fix it first ({row.error}).", messages.ERROR
+            )
+            return
+        try:
+            claim = publishing.run_now(row)
+        except DatabaseError:
+            raise  # not a broker problem: Django's error page says it better
+        except Exception as exc:  # the broker's errors are many; say which one
+            logger.error(
+                "run now failed schedule=%s: %s",
+                row.name,
+                exc,
+                extra={"event": "run_now_failed", "schedule": row.name},
+            )
+            self.message_user(
+                request,
+                f"{row.name}: the run was recorded but could not be sent to the broker: {exc}",
+                messages.ERROR,
+            )
+            return
+        logger.info(
+            "run now schedule=%s task_id=%s user=%s",
+            row.name,
+            claim.task_id,
+            request.user,
+            extra={"event": "run_now", "schedule": row.name, "task_id": claim.task_id},
+        )
+        self.message_user(
+            request, f"{row.name}: sent now (task id {claim.task_id}).", messages.SUCCESS
+        )
+
+    def _log_action(self, request: HttpRequest, action: str, queryset: QuerySet[Schedule]) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        logger.info(
+            "admin %s by %s: %s",
+            action,
+            request.user,
+            ", ".join(names),
+            extra={"event": f"admin_{action}", "schedules": names},
+        )
+
+    # --- pages --------------------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        run_now = self.admin_site.admin_view(self.run_now_view)
+        return [
+            path("<path:object_id>/run-now/", run_now, name="durablebeat_schedule_run_now"),
+            *super().get_urls(),
+        ]
+
+    def run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return require_POST(self._run_now_view)(request, object_id)
+
+    def _run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        row = get_object_or_404(Schedule, pk=object_id)
+        if not self.has_change_permission(request, row):
+            raise PermissionDenied
+        self._run_one(request, row)
+        return HttpResponseRedirect(reverse("admin:durablebeat_schedule_change", args=[row.pk]))
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        extra_context = {**(extra_context or {}), "health": health_context(clock.now())}
+        return super().changelist_view(request, extra_context)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        history = reverse("admin:durablebeat_run_changelist") + f"?schedule__id__exact={object_id}"
+        extra_context = {**(extra_context or {}), "run_history_url": history}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+
+def health_context(now: dt.datetime) -> dict[str, Any]:
+    """The changelist's health summary: shown only when ``check`` would fail."""
+    try:
+        found = health.findings(now)
+    except DatabaseError as exc:
+        found = [health.database_unreachable(exc)]
+    return {
+        "findings": found,
+        "critical": any(f.severity == health.Severity.CRITICAL for f in found),
+    }
+
+
+# --- history: read-only -------------------------------------------------------------------
+
+
+class ReadOnlyAdmin(_AnyAdminBase):
+    """View permission shows it; nobody adds, edits or deletes history here."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = (
+        "slot_at",
+        "schedule_link",
+        "reason",
+        "state_coloured",
+        "boot_short",
+        "worker",
+        "claimed",
+        "took",
+        "note",
+    )
+    list_filter = (
+        ("schedule", admin.RelatedOnlyFieldListFilter),
+        "state",
+        "reason",
+        ("boot", admin.RelatedOnlyFieldListFilter),
+        "soft_time_limit_exceeded",
+    )
+    list_select_related = ("schedule", "boot")
+    search_fields = ("task_id", "schedule__name", "worker", "detail")
+    date_hierarchy = "slot"
+
+    @admin.display(description="slot", ordering="slot")
+    def slot_at(self, obj: Run) -> str:
+        return local(obj.slot)
+
+    @admin.display(description="schedule", ordering="schedule__name")
+    def schedule_link(self, obj: Run) -> str:
+        url = reverse("admin:durablebeat_schedule_change", args=[obj.schedule_id])
+        return format_html('<a href="{}">{}</a>', url, obj.schedule.name)
+
+    @admin.display(description="state", ordering="state")
+    def state_coloured(self, obj: Run) -> str:
+        return _outcome(obj.state)
+
+    @admin.display(description="boot", ordering="boot__started_at")
+    def boot_short(self, obj: Run) -> str:
+        if obj.boot is None:
+            return "manual" if obj.reason == Reason.MANUAL else "-"
+        return format_html('<span title="{}">{}</span>', obj.boot, str(obj.boot_id)[:8])
+
+    @admin.display(description="claimed", ordering="claimed_at")
+    def claimed(self, obj: Run) -> str:
+        return local(obj.claimed_at)
+
+    @admin.display(description="took")
+    def took(self, obj: Run) -> str:
+        if obj.started_at and obj.finished_at:
+            return report.duration_words(obj.finished_at - obj.started_at)
+        return ""
+
+    @admin.display(description="detail")
+    def note(self, obj: Run) -> str:
+        last_error_line = obj.error.strip().splitlines()[-1] if obj.error.strip() else ""
+        text = obj.detail or last_error_line
+        if obj.soft_time_limit_exceeded:
+            text = f"soft time limit exceeded; {text}" if text else "soft time limit exceeded"
+        return text[:160]
+
+
+@admin.register(Boot)
+class BootAdmin(ReadOnlyAdmin):
+    list_display = (
+        "started",
+        "hostname",
+        "pid",
+        "heartbeat",
+        "stopped",
+        "alive",
+        "fires",
+        "version",
+    )
+    search_fields = ("hostname", "id")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Boot]:
+        real = Q(run__task_id__isnull=False) & ~Q(
+            run__state__in=[RunState.SKIPPED, RunState.MISSED]
+        )
+        queryset: QuerySet[Boot] = super().get_queryset(request)
+        return queryset.annotate(n_fires=Count("run", filter=real))
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: Boot) -> str:
+        return local(obj.started_at)
+
+    @admin.display(description="last heartbeat", ordering="heartbeat_at")
+    def heartbeat(self, obj: Boot) -> str:
+        return report.relative(obj.heartbeat_at, clock.now())
+
+    @admin.display(description="stopped", ordering="stopped_at")
+    def stopped(self, obj: Boot) -> str:
+        return local(obj.stopped_at) if obj.stopped_at else ""
+
+    @admin.display(description="alive", boolean=True)
+    def alive(self, obj: Boot) -> bool:
+        fresh = clock.now() - conf.settings.HEARTBEAT_STALE_AFTER
+        return obj.stopped_at is None and obj.heartbeat_at >= fresh
+
+    @admin.display(description="fires", ordering="n_fires")
+    def fires(self, obj: Any) -> int:
+        return int(obj.n_fires)
+
+
+@admin.register(MissedSlots)
+class MissedSlotsAdmin(ReadOnlyAdmin):
+    list_display = ("recorded_at", "schedule", "count", "first_slot", "last_slot", "reason")
+    list_filter = (("schedule", admin.RelatedOnlyFieldListFilter),)
+    list_select_related = ("schedule",)
+
+
+@admin.register(Incident)
+class IncidentAdmin(ReadOnlyAdmin):
+    list_display = ("at", "kind", "count", "detail")
+    list_filter = ("kind",)
+
+
+@admin.register(WorkerHeartbeat)
+class WorkerHeartbeatAdmin(ReadOnlyAdmin):
+    list_display = ("worker", "pid", "seen_at")

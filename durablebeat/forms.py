@@ -1,0 +1,245 @@
+"""The admin's schedule form: bad input is refused with the field named (R20).
+
+Validation itself is ``validation.validate_schedule_fields`` (through ``Schedule.clean``), the
+same function code sync and ``full_clean`` use; this module only turns what a person types
+into values (JSON with the parser's message, durations such as ``90s`` or ``1h``) and puts
+each error on the field it names.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import TYPE_CHECKING, Any
+
+from django import forms
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.utils.dateparse import parse_duration as django_parse_duration
+
+from .enums import Reason
+from .models import Schedule
+from .validation import known_task_names
+
+#: fields whose change means "a different schedule": beat recomputes the next fire (R6)
+TIMING_FIELDS = frozenset(
+    {
+        "kind",
+        "every",
+        "minute",
+        "hour",
+        "day_of_week",
+        "day_of_month",
+        "month_of_year",
+        "timezone",
+        "clocked_at",
+    }
+)
+
+#: fields a code-defined schedule takes from ``beat_schedule`` at every boot (codesync)
+CODE_OWNED_FIELDS = (
+    "name",
+    "task",
+    "args",
+    "kwargs",
+    "queue",
+    "routing_key",
+    "priority",
+    "expire_seconds",
+    "headers",
+    "description",
+    *sorted(TIMING_FIELDS),
+    "startup_grace",
+    "catch_up",
+    "catch_up_window",
+    "overlap",
+)
+
+
+class JSONTextField(forms.JSONField):
+    """A JSON field whose error says what the parser found, and whose empty is ``[]``/``{}``."""
+
+    def __init__(self, *args: Any, empty: Any = None, **kwargs: Any) -> None:
+        self.empty = empty
+        super().__init__(*args, **kwargs)
+
+    def to_python(self, value: Any) -> Any:
+        if self.disabled:
+            return value
+        if value in self.empty_values:
+            return self.empty() if callable(self.empty) else self.empty
+        if isinstance(value, list | dict | int | float):
+            return value
+        try:
+            return json.loads(value, cls=self.decoder)
+        except json.JSONDecodeError as exc:
+            raise ValidationError(
+                "Malformed JSON: %(error)s.", code="invalid", params={"error": exc}
+            ) from exc
+
+
+class FlexibleDurationField(forms.DurationField):
+    """A duration as ``90`` (seconds), ``90s``, ``5m``, ``2h``, ``1d`` or ``HH:MM:SS``."""
+
+    default_error_messages = {
+        "invalid": "Enter a duration such as 90s, 5m, 2h, 1d or HH:MM:SS.",
+    }
+
+    def to_python(self, value: Any) -> dt.timedelta | None:
+        from .report import parse_duration
+
+        if value in self.empty_values:
+            return None
+        if isinstance(value, dt.timedelta):
+            return value
+        text = str(value).strip()
+        parsed = django_parse_duration(text)
+        if parsed is not None and ":" in text:
+            return parsed
+        try:
+            return parse_duration(text)
+        except ValueError:
+            if parsed is not None:
+                return parsed
+            raise ValidationError(self.error_messages["invalid"], code="invalid") from None
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, dt.timedelta) and value.total_seconds().is_integer():
+            return _compact(value)  # reads back as typed: 15m, not 00:15:00
+        return super().prepare_value(value)
+
+
+def _compact(value: dt.timedelta) -> str:
+    seconds = int(value.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+class TaskNameInput(forms.TextInput):
+    """A text box offering the task names registered in the Celery app."""
+
+    template_name = "durablebeat/widgets/task_name.html"
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        attrs = {**(attrs or {}), "list": f"{name}_tasks", "autocomplete": "off"}
+        context = super().get_context(name, value, attrs)
+        names = known_task_names() or frozenset()
+        context["task_names"] = sorted(n for n in names if not n.startswith("celery."))
+        return context
+
+
+if TYPE_CHECKING:
+    _ModelForm = forms.ModelForm[Schedule]
+else:  # Django's classes are generic for the type checker only
+    _ModelForm = forms.ModelForm
+
+
+class ScheduleForm(_ModelForm):
+    # A declared field gets no initial from the model on an add form: the default is here.
+    args = JSONTextField(
+        required=False,
+        empty=list,
+        initial=list,
+        help_text='JSON list, e.g. [1, "two"].',
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+    )
+    kwargs = JSONTextField(
+        required=False,
+        empty=dict,
+        initial=dict,
+        help_text='JSON object, e.g. {"user_id": 7}.',
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+    )
+    headers = JSONTextField(
+        required=False,
+        empty=dict,
+        initial=dict,
+        help_text="JSON object of extra message headers.",
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+    )
+    every = FlexibleDurationField(
+        required=False, help_text="Interval schedules: 90s, 5m, 2h, 1d or HH:MM:SS."
+    )
+    startup_grace = FlexibleDurationField(
+        required=False, help_text="Empty: DURABLEBEAT_STARTUP_GRACE (60 s by default)."
+    )
+    catch_up_window = FlexibleDurationField(
+        required=False, help_text="Empty: DURABLEBEAT_CATCH_UP_WINDOW (55 min by default)."
+    )
+
+    class Meta:
+        model = Schedule
+        fields = (
+            "name",
+            "task",
+            "description",
+            "enabled",
+            "kind",
+            "every",
+            "minute",
+            "hour",
+            "day_of_week",
+            "day_of_month",
+            "month_of_year",
+            "timezone",
+            "clocked_at",
+            "next_fire_at",
+            "args",
+            "kwargs",
+            "queue",
+            "routing_key",
+            "priority",
+            "expire_seconds",
+            "headers",
+            "startup_grace",
+            "catch_up",
+            "catch_up_window",
+            "overlap",
+        )
+        widgets = {
+            "task": TaskNameInput(attrs={"size": 60}),
+            "description": forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        }
+
+    def _update_errors(self, errors: ValidationError) -> None:
+        """Model validation names model fields; a field not on this form (read-only, e.g.
+        a code-defined schedule's timing) keeps its name in a form-level message."""
+        if hasattr(errors, "error_dict"):
+            remapped: dict[str, list[ValidationError]] = {}
+            for field, messages in errors.error_dict.items():
+                if field in self.errors:
+                    continue  # the form field already said what is wrong with it
+                if field == NON_FIELD_ERRORS or field in self.fields:
+                    remapped.setdefault(field, []).extend(messages)
+                else:
+                    remapped.setdefault(NON_FIELD_ERRORS, []).extend(
+                        ValidationError(f"{field}: {'; '.join(m.messages)}") for m in messages
+                    )
+            errors = ValidationError(remapped)
+        super()._update_errors(errors)  # type: ignore[misc]  # private, stable since 1.x
+
+
+def apply_edit_rules(row: Schedule, changed: set[str], is_new: bool, now: dt.datetime) -> list[str]:
+    """What an admin save does to the next fire; returns notes for the person.
+
+    A timing change makes it a new schedule: beat recomputes the next fire (interval: now +
+    startup grace; crontab: its next slot), unless the person set the next fire themselves.
+    Enabling a schedule whose stored next fire passed while it was disabled does the same,
+    so those slots are not reported as missed by a beat that was running all along.
+    """
+    notes: list[str] = []
+    if is_new:
+        return notes
+    if "next_fire_at" in changed:
+        row.next_fire_reason = Reason.SCHEDULED
+        return notes
+    if changed & TIMING_FIELDS:
+        row.next_fire_at = None
+        row.next_fire_reason = Reason.SCHEDULED
+        notes.append("Timing changed: beat computes the next fire afresh.")
+    elif "enabled" in changed and row.enabled and row.next_fire_at and row.next_fire_at < now:
+        row.next_fire_at = None
+        row.next_fire_reason = Reason.SCHEDULED
+        notes.append("Enabled: its old next fire had passed, beat computes a new one.")
+    return notes

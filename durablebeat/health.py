@@ -1,0 +1,297 @@
+"""What ``manage.py durablebeat check`` finds (R17): the silent stops, in words.
+
+Each ``find_*`` function looks at the database as it is at ``now`` and returns findings,
+one per thing a person has to look at. They are silent on a healthy system: every one of
+them is tested firing on a situation built for it and quiet on a healthy one. The command,
+the admin's health summary and the metrics all call ``findings(now)``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django.db.models import Count, Max
+from django.db.models.functions import Coalesce
+
+from . import conf, timing
+from .enums import IN_FLIGHT_STATES, Kind, RunState
+from .models import Boot, Run, Schedule
+
+
+class Severity(enum.IntEnum):
+    """How bad a finding is; ``check`` exits with the worst one (0 when there is none)."""
+
+    WARNING = 1  #: something went wrong and needs a look; schedules still fire
+    CRITICAL = 2  #: schedules are not firing now
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of ``check``: a stable ``code`` to grep or alert on, and a sentence."""
+
+    code: str
+    severity: Severity
+    message: str
+    schedule: str | None = None
+
+    def line(self) -> str:
+        return f"{self.severity.name} {self.code}: {self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"severity": self.severity.name.lower()}
+
+
+def ago(now: dt.datetime, then: dt.datetime) -> str:
+    """``now - then`` in words, for messages: "3 h 5 min"."""
+    from .report import duration_words
+
+    return duration_words(now - then)
+
+
+# --- beat liveness ------------------------------------------------------------------------
+
+
+def live_boots(now: dt.datetime) -> list[Boot]:
+    """Boots with a fresh heartbeat that did not say they stopped."""
+    fresh = now - conf.settings.HEARTBEAT_STALE_AFTER
+    return list(Boot.objects.filter(stopped_at__isnull=True, heartbeat_at__gte=fresh))
+
+
+def beat_alive(now: dt.datetime) -> bool:
+    fresh = now - conf.settings.HEARTBEAT_STALE_AFTER
+    return Boot.objects.filter(stopped_at__isnull=True, heartbeat_at__gte=fresh).exists()
+
+
+def find_no_beat(now: dt.datetime) -> list[Finding]:
+    if beat_alive(now):
+        return []
+    last = Boot.objects.order_by("-heartbeat_at").first()
+    if last is None:
+        message = "no beat has ever started against this database (is beat running?)"
+    elif last.stopped_at is not None:
+        message = (
+            f"no beat is running: the last one ({last.hostname}:{last.pid}, boot {last.pk}) "
+            f"stopped {ago(now, last.stopped_at)} ago"
+        )
+    else:
+        message = (
+            f"no beat heartbeat for {ago(now, last.heartbeat_at)}: the last one "
+            f"({last.hostname}:{last.pid}, boot {last.pk}) is gone without stopping"
+        )
+    return [Finding("no_beat", Severity.CRITICAL, message)]
+
+
+# --- schedules ----------------------------------------------------------------------------
+
+
+def _active() -> Any:
+    return Schedule.objects.filter(enabled=True, error="")
+
+
+def find_overdue(now: dt.datetime) -> list[Finding]:
+    """Starvation: a next fire long past while a beat is alive and should have fired it."""
+    if not beat_alive(now):
+        return []  # no_beat says it; every schedule being late is its consequence
+    limit = now - conf.settings.OVERDUE_TOLERANCE
+    rows = _active().filter(next_fire_at__lt=limit).order_by("next_fire_at")
+    return [
+        Finding(
+            "overdue",
+            Severity.CRITICAL,
+            f"{row.name}: next fire was {row.next_fire_at:%Y-%m-%d %H:%M:%S} UTC, "
+            f"{ago(now, row.next_fire_at)} ago, and beat is alive but has not fired it",
+            row.name,
+        )
+        for row in rows
+    ]
+
+
+def find_stuck(now: dt.datetime) -> list[Finding]:
+    limit = now - conf.settings.STUCK_THRESHOLD
+    rows = _active().filter(stuck_since__lt=limit).order_by("stuck_since")
+    return [
+        Finding(
+            "stuck",
+            Severity.CRITICAL,
+            f"{row.name}: every fire skipped for {ago(now, row.stuck_since)}: {row.stuck_reason}",
+            row.name,
+        )
+        for row in rows
+    ]
+
+
+def find_bad_rows(now: dt.datetime) -> list[Finding]:
+    rows = Schedule.objects.filter(enabled=True).exclude(error="").order_by("name")
+    return [
+        Finding(
+            "bad_row",
+            Severity.WARNING,
+            f"{row.name}: beat cannot use this schedule and skips it: {row.error}",
+            row.name,
+        )
+        for row in rows
+    ]
+
+
+# --- runs ---------------------------------------------------------------------------------
+
+
+def find_lost(now: dt.datetime) -> list[Finding]:
+    """Runs reclaimed as lost (R15) within the look-back window."""
+    since = now - conf.settings.CHECK_LOOKBACK
+    lost = (
+        Run.objects.filter(state=RunState.LOST)
+        .annotate(at=Coalesce("finished_at", "claimed_at"))
+        .filter(at__gte=since)
+        .values("schedule__name")
+        .annotate(n=Count("id"), last=Max("at"))
+        .order_by("schedule__name")
+    )
+    return [
+        Finding(
+            "lost_runs",
+            Severity.WARNING,
+            f"{g['schedule__name']}: {g['n']} run(s) lost in the last "
+            f"{ago(now, since)} (worker gone or past its hard time limit), "
+            f"the latest {ago(now, g['last'])} ago",
+            g["schedule__name"],
+        )
+        for g in lost
+    ]
+
+
+def _last_news(run: Run) -> dt.datetime:
+    return run.started_at or run.published_at or run.claimed_at
+
+
+def _unresolved_after(run: Run) -> dt.timedelta:
+    """How long a run may stay in flight before ``check`` calls it unresolved."""
+    s = conf.settings
+    if run.state == RunState.CLAIMED:
+        return s.UNCONFIRMED_AFTER  # the publish was never confirmed: broker trouble
+    if run.state == RunState.STARTED and run.hard_time_limit:
+        # Orphan reclaim should have ended it by then (R15).
+        return dt.timedelta(seconds=run.hard_time_limit) + s.RECLAIM_MARGIN + s.GC_INTERVAL
+    return s.UNRESOLVED_AFTER
+
+
+def _describe_unresolved(state: str, runs: list[Run], now: dt.datetime) -> str:
+    oldest = min(_last_news(r) for r in runs)
+    name = runs[0].schedule.name
+    if state == RunState.CLAIMED:
+        what = "claimed but never confirmed on the broker (is the broker reachable?)"
+    elif state == RunState.PUBLISHED:
+        what = "published but no worker started them (are workers consuming its queue?)"
+    else:
+        what = "started with no completion recorded (worker hung, or completion not recorded?)"
+    return f"{name}: {len(runs)} run(s) {what}, the oldest for {ago(now, oldest)}"
+
+
+def find_unresolved(now: dt.datetime) -> list[Finding]:
+    s = conf.settings
+    shortest = min(s.UNCONFIRMED_AFTER, s.UNRESOLVED_AFTER, s.RECLAIM_MARGIN + s.GC_INTERVAL)
+    candidates = (
+        Run.objects.filter(state__in=IN_FLIGHT_STATES, claimed_at__lt=now - shortest)
+        .select_related("schedule")
+        .order_by("schedule__name", "state", "claimed_at")
+    )
+    late = [r for r in candidates if now - _last_news(r) > _unresolved_after(r)]
+    findings = []
+    for (_, state), group in itertools.groupby(late, key=lambda r: (r.schedule_id, r.state)):
+        runs = list(group)
+        findings.append(
+            Finding(
+                "unresolved_runs",
+                Severity.WARNING,
+                _describe_unresolved(state, runs, now),
+                runs[0].schedule.name,
+            )
+        )
+    return findings
+
+
+def slots_since(spec: timing.Spec, since: dt.datetime, until: dt.datetime, limit: int) -> int:
+    """How many slots of ``spec`` fall in (since, until], counting at most ``limit``."""
+    if until <= since:
+        return 0
+    if isinstance(spec, timing.Interval):
+        return min(limit, int((until - since) / spec.every))
+    slots = timing.slots_between(spec, since, until)
+    return sum(1 for _ in itertools.islice(slots, limit))
+
+
+def find_no_success(now: dt.datetime) -> list[Finding]:
+    """A schedule with no succeeded run over its last ``NO_SUCCESS_PERIODS`` slots.
+
+    Counted from its last success (or, never having succeeded, from its creation plus the
+    startup grace) up to ``now - OVERDUE_TOLERANCE`` so that a run of the latest slot has
+    time to finish. It catches a job that fails every time, and one whose next fire keeps
+    moving away (the restart-starvation story) although nothing looks overdue.
+    """
+    s = conf.settings
+    periods = s.NO_SUCCESS_PERIODS
+    until = now - s.OVERDUE_TOLERANCE
+    findings = []
+    for row in _active().exclude(kind=Kind.CLOCKED).order_by("name"):
+        try:
+            spec = row.to_spec()
+        except timing.InvalidSchedule:
+            continue  # bad_row's business
+        if row.last_completed_at is not None:
+            since = row.last_completed_at
+        else:
+            since = row.created_at + (row.startup_grace or s.STARTUP_GRACE)
+        if slots_since(spec, since, until, periods) < periods:
+            continue
+        if row.last_completed_at is None:
+            detail = f"never succeeded since it was created {ago(now, row.created_at)} ago"
+        else:
+            detail = f"last success {ago(now, row.last_completed_at)} ago"
+        if row.last_outcome:
+            detail += f", last outcome {row.last_outcome}"
+        findings.append(
+            Finding(
+                "no_success",
+                Severity.WARNING,
+                f"{row.name}: no successful run over its last {periods} periods ({detail})",
+                row.name,
+            )
+        )
+    return findings
+
+
+FINDERS: tuple[Callable[[dt.datetime], list[Finding]], ...] = (
+    find_no_beat,
+    find_overdue,
+    find_stuck,
+    find_lost,
+    find_unresolved,
+    find_no_success,
+    find_bad_rows,
+)
+
+
+def findings(now: dt.datetime, only: Iterable[str] | None = None) -> list[Finding]:
+    """Everything ``check`` reports at ``now``, worst first; ``only``: these codes."""
+    found = [f for finder in FINDERS for f in finder(now)]
+    if only is not None:
+        wanted = set(only)
+        found = [f for f in found if f.code in wanted]
+    return sorted(found, key=lambda f: -f.severity)
+
+
+CODES = ("no_beat", "overdue", "stuck", "lost_runs", "unresolved_runs", "no_success", "bad_row")
+
+
+def exit_code(found: Iterable[Finding]) -> int:
+    """0: all is well; 1: warnings; 2: a critical finding."""
+    return max((int(f.severity) for f in found), default=0)
+
+
+def database_unreachable(exc: Exception) -> Finding:
+    return Finding("database_unreachable", Severity.CRITICAL, f"cannot read the database: {exc}")

@@ -1,0 +1,96 @@
+"""``manage.py durablebeat check | report | status | import-django-celery-beat``.
+
+Thin: parse the arguments, call the library functions (``health``, ``report``,
+``importer``) that the tests call directly, print their words.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
+
+from durablebeat import clock, health, importer, report
+
+
+def _duration(text: str) -> Any:
+    try:
+        return report.parse_duration(text)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
+
+
+class Command(BaseCommand):
+    help = "Operate durablebeat: health check, fire report, status table, import."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="subcommand")
+        check = sub.add_parser(
+            "check",
+            help="Exit 0 when all is well, 1 on warnings, 2 on critical findings (R17).",
+        )
+        check.add_argument("--json", action="store_true", help="Findings as a JSON list.")
+        check.add_argument(
+            "--only",
+            default="",
+            help=f"Comma-separated finding codes to report, of: {', '.join(health.CODES)}. "
+            "E.g. a beat liveness probe: --only no_beat.",
+        )
+        rep = sub.add_parser("report", help="Fires per boot and reason; flags over-firing (R18).")
+        rep.add_argument("--since", default="48h", help="Window, e.g. 48h, 2d, 90m (default 48h).")
+        rep.add_argument("--json", action="store_true")
+        sub.add_parser("status", help="A table of schedules, like the admin's list.")
+        imp = sub.add_parser(
+            "import-django-celery-beat",
+            help="Copy django-celery-beat's periodic tasks into durablebeat.",
+        )
+        imp.add_argument("--dry-run", action="store_true", help="Print the plan, write nothing.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        handler = {
+            "check": self.check_,
+            "report": self.report,
+            "status": self.status,
+            "import-django-celery-beat": self.import_,
+        }[options["subcommand"]]
+        handler(options)
+
+    def check_(self, options: dict[str, Any]) -> None:
+        only = [c.strip() for c in options["only"].split(",") if c.strip()] or None
+        if only and (unknown := set(only) - set(health.CODES)):
+            raise CommandError(f"unknown finding codes: {', '.join(sorted(unknown))}")
+        try:
+            found = health.findings(clock.now(), only)
+        except DatabaseError as exc:
+            found = [health.database_unreachable(exc)]
+        if options["json"]:
+            self.stdout.write(json.dumps([f.as_dict() for f in found], indent=2))
+        elif found:
+            for f in found:
+                self.stdout.write(f.line())
+        else:
+            self.stdout.write("OK: beat is alive and every schedule is on time")
+        code = health.exit_code(found)
+        if code:
+            raise SystemExit(code)
+
+    def report(self, options: dict[str, Any]) -> None:
+        now = clock.now()
+        built = report.build_report(now - _duration(options["since"]), now)
+        if options["json"]:
+            self.stdout.write(json.dumps(built.as_dict(), indent=2))
+        else:
+            self.stdout.write(report.format_report(built))
+
+    def status(self, options: dict[str, Any]) -> None:
+        self.stdout.write(report.format_status(clock.now()))
+
+    def import_(self, options: dict[str, Any]) -> None:
+        try:
+            result = importer.run_import(clock.now(), dry_run=options["dry_run"])
+        except importer.NotInstalled as exc:
+            raise CommandError(str(exc)) from exc
+        for line in result.lines():
+            self.stdout.write(line)

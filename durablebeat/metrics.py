@@ -1,0 +1,214 @@
+"""Prometheus metrics, computed from the database at scrape time (the ``prometheus`` extra).
+
+Nothing is counted in process memory: beat, the workers and the web processes come and go
+on every deploy, and the ledger already knows everything. The view serves one registry
+holding only ``DurablebeatCollector``; mount it with ``path("durablebeat/",
+include("durablebeat.urls"))``. Without prometheus-client installed the view answers 501.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hmac
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from django.db import DatabaseError
+from django.db.models import Count, Max
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+
+from . import clock, conf, health, timing
+from .enums import FINAL_STATES, RunState
+from .models import Boot, Run, Schedule
+
+logger = logging.getLogger("durablebeat")
+NOT_INSTALLED = "prometheus-client is not installed: pip install durablebeat[prometheus]"
+
+try:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+    AVAILABLE = True
+except ImportError:  # pragma: no cover - exercised only without the extra
+    AVAILABLE = False
+
+
+def period_seconds(spec: timing.Spec, now: dt.datetime) -> float | None:
+    """The gap between two slots: ``every``, or a crontab's next two slots; None: one-off."""
+    if isinstance(spec, timing.Interval):
+        return spec.every.total_seconds()
+    if isinstance(spec, timing.Clocked):
+        return None
+    first = timing.next_slot(spec, now)
+    second = timing.next_slot(spec, first) if first is not None else None
+    if first is None or second is None:
+        return None
+    return (second - first).total_seconds()
+
+
+class DurablebeatCollector:
+    """Every sample is read from the database when Prometheus scrapes."""
+
+    def __init__(self, now: Any = clock.now) -> None:
+        self._now = now
+
+    def describe(self) -> list[Any]:
+        return []  # computed at scrape: the registry must not call collect() at register
+
+    def collect(self) -> Iterator[Any]:
+        now = self._now()
+        up = GaugeMetricFamily(
+            "durablebeat_database_up", "1 when the metrics could be read from the database."
+        )
+        try:
+            families = list(self._families(now))
+        except DatabaseError as exc:
+            logger.error(
+                "metrics: database unreachable: %s", exc, extra={"event": "metrics_db_error"}
+            )
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from families
+
+    def _families(self, now: dt.datetime) -> Iterator[Any]:
+        yield self._fires()
+        yield self._runs()
+        yield from self._schedules(now)
+        yield from self._beat(now)
+        yield self._findings(now)
+
+    def _fires(self) -> Any:
+        fam = CounterMetricFamily(
+            "durablebeat_fires",
+            "Fires sent to the broker, by schedule and reason (from the run ledger).",
+            labels=["schedule", "reason"],
+        )
+        rows = (
+            Run.objects.filter(task_id__isnull=False)
+            .exclude(state__in=(RunState.SKIPPED, RunState.MISSED))
+            .values("schedule__name", "reason")
+            .annotate(n=Count("id"))
+            .order_by("schedule__name", "reason")
+        )
+        for r in rows:
+            fam.add_metric([r["schedule__name"], r["reason"]], r["n"])
+        return fam
+
+    def _runs(self) -> Any:
+        fam = CounterMetricFamily(
+            "durablebeat_runs",
+            "Runs that reached a final state, by schedule and state.",
+            labels=["schedule", "state"],
+        )
+        rows = (
+            Run.objects.filter(state__in=FINAL_STATES)
+            .values("schedule__name", "state")
+            .annotate(n=Count("id"))
+            .order_by("schedule__name", "state")
+        )
+        for r in rows:
+            fam.add_metric([r["schedule__name"], r["state"]], r["n"])
+        return fam
+
+    def _schedules(self, now: dt.datetime) -> Iterator[Any]:
+        labels = ["schedule"]
+        overdue = GaugeMetricFamily(
+            "durablebeat_schedule_overdue_seconds",
+            "How long past its next fire an enabled schedule is (0 when not due yet).",
+            labels=labels,
+        )
+        stuck = GaugeMetricFamily(
+            "durablebeat_schedule_stuck_seconds",
+            "How long every fire of the schedule has been skipped (0 when not stuck).",
+            labels=labels,
+        )
+        since_done = GaugeMetricFamily(
+            "durablebeat_schedule_seconds_since_last_completion",
+            "Seconds since the schedule's last succeeded run (absent: never succeeded).",
+            labels=labels,
+        )
+        period = GaugeMetricFamily(
+            "durablebeat_schedule_period_seconds",
+            "Seconds between two slots of the schedule (crontab: the next two).",
+            labels=labels,
+        )
+        bad = GaugeMetricFamily(
+            "durablebeat_schedule_invalid", "1 when beat cannot use the row (R20).", labels=labels
+        )
+        for row in Schedule.objects.filter(enabled=True).order_by("name"):
+            name = [row.name]
+            bad.add_metric(name, 1 if row.error else 0)
+            late = (now - row.next_fire_at).total_seconds() if row.next_fire_at else 0.0
+            overdue.add_metric(name, max(0.0, late) if not row.error else 0.0)
+            stuck_for = (now - row.stuck_since).total_seconds() if row.stuck_since else 0.0
+            stuck.add_metric(name, stuck_for)
+            if row.last_completed_at is not None:
+                since_done.add_metric(name, (now - row.last_completed_at).total_seconds())
+            try:
+                seconds = period_seconds(row.to_spec(), now)
+            except (timing.InvalidSchedule, ValueError):
+                seconds = None
+            if seconds is not None:
+                period.add_metric(name, seconds)
+        yield from (overdue, stuck, since_done, period, bad)
+
+    def _beat(self, now: dt.datetime) -> Iterator[Any]:
+        age = GaugeMetricFamily(
+            "durablebeat_beat_heartbeat_age_seconds",
+            "Seconds since the freshest beat heartbeat (+Inf: no beat ever started).",
+        )
+        alive = GaugeMetricFamily(
+            "durablebeat_beat_alive", "Beat boots with a fresh heartbeat that have not stopped."
+        )
+        last = Boot.objects.aggregate(at=Max("heartbeat_at"))["at"]
+        age.add_metric([], (now - last).total_seconds() if last else float("inf"))
+        alive.add_metric([], len(health.live_boots(now)))
+        yield age
+        yield alive
+
+    def _findings(self, now: dt.datetime) -> Any:
+        fam = GaugeMetricFamily(
+            "durablebeat_check_findings",
+            "What `manage.py durablebeat check` would report, by finding code and severity.",
+            labels=["code", "severity"],
+        )
+        counts: dict[tuple[str, str], int] = {}
+        for f in health.findings(now):
+            key = (f.code, f.severity.name.lower())
+            counts[key] = counts.get(key, 0) + 1
+        for (code, severity), n in sorted(counts.items()):
+            fam.add_metric([code, severity], n)
+        return fam
+
+
+def render(now: Any = clock.now) -> bytes:
+    """The exposition text of one scrape."""
+    if not AVAILABLE:
+        raise RuntimeError(NOT_INSTALLED)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DurablebeatCollector(now))
+    return bytes(generate_latest(registry))
+
+
+def _authorized(request: HttpRequest) -> bool:
+    token = conf.settings.METRICS_TOKEN
+    if not token:
+        return True
+    given = request.headers.get("Authorization", "")
+    return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+
+@require_GET
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """``GET /durablebeat/metrics``: Prometheus text format."""
+    if not AVAILABLE:
+        return HttpResponse(NOT_INSTALLED + "\n", status=501, content_type="text/plain")
+    if not _authorized(request):
+        return HttpResponse("unauthorized\n", status=401, content_type="text/plain")
+    return HttpResponse(render(), content_type=CONTENT_TYPE_LATEST)

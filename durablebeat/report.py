@@ -1,0 +1,386 @@
+"""``durablebeat report --since 48h`` (R18) and ``durablebeat status``: what fired, in words.
+
+The report counts real fires (runs that went to the broker, not skipped or missed slots)
+per boot and per reason over a window, lists the boots with their times, and flags any
+schedule that fired more than 1.5x what its period allows in that window: the "daily job
+ran 43 times in a day" signature. ``status`` is the admin's schedule list for a terminal.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import math
+import re
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Count, Q
+
+from . import timing
+from .enums import Reason, RunState
+from .models import Boot, MissedSlots, Run, Schedule
+
+#: a schedule is flagged when it fired more than this many times what its period allows
+OVERFIRE_RATIO = 1.5
+#: counting a crontab's slots in the window stops here (every second for 48 h is ~170k)
+MAX_SLOTS_COUNTED = 1_000_000
+
+_UNITS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(w|d|h|m|s)", re.IGNORECASE)
+
+
+# --- words for times ----------------------------------------------------------------------
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    """``"48h"``, ``"2d"``, ``"1h30m"``, ``"90s"`` or a bare number of seconds."""
+    raw = text.strip()
+    if re.fullmatch(r"\d+(?:\.\d+)?", raw):
+        return dt.timedelta(seconds=float(raw))
+    parts = _DURATION.findall(raw)
+    if not parts or _DURATION.sub("", raw).strip():
+        raise ValueError(f"not a duration: {text!r} (use e.g. 48h, 2d, 1h30m, 90s)")
+    return dt.timedelta(seconds=sum(float(n) * _UNITS[u.lower()] for n, u in parts))
+
+
+def duration_words(delta: dt.timedelta) -> str:
+    """A duration in one or two units: "45 s", "4 min", "3 h 5 min", "2 d 4 h"."""
+    seconds = abs(int(delta.total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, _ = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def relative(then: dt.datetime | None, now: dt.datetime, *, future: str = "in {}") -> str:
+    """ "in 4 min" / "3 h ago"; empty for None."""
+    if then is None:
+        return ""
+    words = duration_words(then - now)
+    return future.format(words) if then >= now else f"{words} ago"
+
+
+def next_fire_words(row: Schedule, now: dt.datetime) -> str:
+    """The admin's and status's "next fire": "in 4 min", "overdue 3 h", "disabled"."""
+    if not row.enabled:
+        return "disabled"
+    if row.error:
+        return "bad row: not firing"
+    if row.next_fire_at is None:
+        return "beat computes it"
+    if row.next_fire_at >= now:
+        return f"in {duration_words(row.next_fire_at - now)}"
+    return f"overdue {duration_words(now - row.next_fire_at)}"
+
+
+def absolute(value: dt.datetime | None) -> str:
+    return "" if value is None else value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def schedule_words(row: Schedule) -> str:
+    """The admin's "schedule in words"; a bad row says why instead."""
+    try:
+        return str(timing.describe(row.to_spec()))
+    except (timing.InvalidSchedule, ValueError) as exc:
+        return f"invalid: {exc}"
+
+
+# --- the report ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BootLine:
+    """One boot in the window: its times and what it fired, by reason."""
+
+    id: uuid.UUID | None
+    label: str
+    started_at: dt.datetime | None
+    ended_at: dt.datetime | None
+    stopped: bool
+    fires: dict[str, int]
+    skipped: int
+    missed_slots: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.fires.values())
+
+
+@dataclass(frozen=True)
+class Overfire:
+    """A schedule that fired far more than its period allows (R18)."""
+
+    schedule: str
+    fired: int
+    allowed: int
+    by_reason: dict[str, int]
+
+    @property
+    def ratio(self) -> float:
+        return self.fired / self.allowed if self.allowed else math.inf
+
+
+@dataclass(frozen=True)
+class Report:
+    since: dt.datetime
+    until: dt.datetime
+    boots: list[BootLine]
+    by_reason: dict[str, int]
+    by_schedule: dict[str, int]
+    overfired: list[Overfire] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_reason.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "since": self.since.isoformat(),
+            "until": self.until.isoformat(),
+            "total_fires": self.total,
+            "fires_by_reason": self.by_reason,
+            "fires_by_schedule": self.by_schedule,
+            "boots": [
+                {
+                    "id": str(b.id) if b.id else None,
+                    "label": b.label,
+                    "started_at": b.started_at.isoformat() if b.started_at else None,
+                    "ended_at": b.ended_at.isoformat() if b.ended_at else None,
+                    "stopped": b.stopped,
+                    "fires": b.fires,
+                    "total": b.total,
+                    "skipped": b.skipped,
+                    "missed_slots": b.missed_slots,
+                }
+                for b in self.boots
+            ],
+            "overfired": [
+                {
+                    "schedule": o.schedule,
+                    "fired": o.fired,
+                    "allowed": o.allowed,
+                    "by_reason": o.by_reason,
+                }
+                for o in self.overfired
+            ],
+        }
+
+
+def fires_in(since: dt.datetime, until: dt.datetime) -> Any:
+    """Real fires in the window: runs that got a message (a task id), by when claimed."""
+    return Run.objects.filter(
+        claimed_at__gt=since, claimed_at__lte=until, task_id__isnull=False
+    ).exclude(state__in=(RunState.SKIPPED, RunState.MISSED))
+
+
+def allowed_fires(spec: timing.Spec, since: dt.datetime, until: dt.datetime) -> int:
+    """The most fires the schedule's period allows in (since, until]."""
+    if isinstance(spec, timing.Interval):
+        return int((until - since) / spec.every) + 1
+    if isinstance(spec, timing.Clocked):
+        return 1
+    slots = timing.slots_between(spec, since, until)
+    return max(1, sum(1 for _ in itertools.islice(slots, MAX_SLOTS_COUNTED)))
+
+
+def find_overfired(since: dt.datetime, until: dt.datetime) -> list[Overfire]:
+    """R18: schedules whose scheduler-made fires exceed 1.5x what their period allows.
+
+    Manual fires are a person's doing and are not counted against the schedule.
+    """
+    counts = (
+        fires_in(since, until)
+        .exclude(reason=Reason.MANUAL)
+        .values("schedule_id", "reason")
+        .annotate(n=Count("id"))
+    )
+    per_schedule: dict[int, dict[str, int]] = defaultdict(dict)
+    for c in counts:
+        per_schedule[c["schedule_id"]][c["reason"]] = c["n"]
+    flagged = []
+    for row in Schedule.objects.filter(pk__in=list(per_schedule)).order_by("name"):
+        try:
+            spec = row.to_spec()
+        except timing.InvalidSchedule:
+            continue
+        fired = sum(per_schedule[row.pk].values())
+        allowed = allowed_fires(spec, since, until)
+        if fired > OVERFIRE_RATIO * allowed:
+            flagged.append(Overfire(row.name, fired, allowed, per_schedule[row.pk]))
+    return flagged
+
+
+def _boot_lines(since: dt.datetime, until: dt.datetime) -> list[BootLine]:
+    fires = fires_in(since, until).values("boot_id", "reason").annotate(n=Count("id"))
+    by_boot: dict[uuid.UUID | None, dict[str, int]] = defaultdict(dict)
+    for f in fires:
+        by_boot[f["boot_id"]][f["reason"]] = f["n"]
+    skipped: Counter[uuid.UUID | None] = Counter()
+    for boot_id in Run.objects.filter(
+        state=RunState.SKIPPED, claimed_at__gt=since, claimed_at__lte=until
+    ).values_list("boot_id", flat=True):
+        skipped[boot_id] += 1
+    missed: Counter[uuid.UUID | None] = Counter()
+    for boot_id, count in MissedSlots.objects.filter(
+        recorded_at__gt=since, recorded_at__lte=until
+    ).values_list("boot_id", "count"):
+        missed[boot_id] += count
+    boots = Boot.objects.filter(
+        Q(started_at__lte=until)
+        & (Q(heartbeat_at__gte=since) | Q(pk__in=[b for b in by_boot if b is not None]))
+    ).order_by("started_at")
+    lines = [
+        BootLine(
+            b.pk,
+            f"{b.hostname}:{b.pid}",
+            b.started_at,
+            b.stopped_at or b.heartbeat_at,
+            b.stopped_at is not None,
+            by_boot.get(b.pk, {}),
+            skipped.get(b.pk, 0),
+            missed.get(b.pk, 0),
+        )
+        for b in boots
+    ]
+    if None in by_boot or skipped.get(None):
+        # Manual "run now" from the admin, and fires whose boot row is gone.
+        lines.append(
+            BootLine(
+                None,
+                "no boot (admin run now)",
+                None,
+                None,
+                False,
+                by_boot.get(None, {}),
+                skipped.get(None, 0),
+                missed.get(None, 0),
+            )
+        )
+    return lines
+
+
+def build_report(since: dt.datetime, until: dt.datetime) -> Report:
+    fires = fires_in(since, until)
+    by_reason = {
+        r["reason"]: r["n"] for r in fires.values("reason").annotate(n=Count("id")).order_by()
+    }
+    per_schedule = fires.values("schedule__name").annotate(n=Count("id"))
+    by_schedule = {r["schedule__name"]: r["n"] for r in per_schedule.order_by("schedule__name")}
+    return Report(
+        since=since,
+        until=until,
+        boots=_boot_lines(since, until),
+        by_reason={r: by_reason[r] for r in Reason.values if r in by_reason},
+        by_schedule=by_schedule,
+        overfired=find_overfired(since, until),
+    )
+
+
+def _reasons(counts: dict[str, int]) -> str:
+    if not counts:
+        return "no fires"
+    labels = dict(Reason.choices)
+    return ", ".join(f"{counts[r]} {labels[r].lower()}" for r in Reason.values if counts.get(r))
+
+
+def format_report(report: Report) -> str:
+    span = duration_words(report.until - report.since)
+    lines = [
+        f"durablebeat report: {absolute(report.since)} to {absolute(report.until)} ({span})",
+        f"{report.total} fires: {_reasons(report.by_reason)}",
+        "",
+        f"boots ({sum(1 for b in report.boots if b.id is not None)}):",
+    ]
+    for b in report.boots:
+        if b.id is None:
+            times = ""
+        else:
+            end = (
+                f"stopped {absolute(b.ended_at)}"
+                if b.stopped
+                else f"last seen {absolute(b.ended_at)}"
+            )
+            times = f" started {absolute(b.started_at)}, {end};"
+        extra = ""
+        if b.skipped:
+            extra += f"; {b.skipped} skipped"
+        if b.missed_slots:
+            extra += f"; {b.missed_slots} slots missed"
+        short = str(b.id)[:8] if b.id else "-"
+        lines.append(f"  {short} {b.label}:{times} {b.total} fires ({_reasons(b.fires)}){extra}")
+    lines.append("")
+    lines.append("fires per schedule:")
+    for name, n in report.by_schedule.items():
+        lines.append(f"  {name}: {n}")
+    if not report.by_schedule:
+        lines.append("  (none)")
+    lines.append("")
+    if report.overfired:
+        lines.append(f"FLAGGED: fired more than {OVERFIRE_RATIO:g}x what the period allows:")
+        for o in report.overfired:
+            lines.append(
+                f"  {o.schedule}: fired {o.fired} times, its period allows {o.allowed} "
+                f"({o.ratio:.1f}x; {_reasons(o.by_reason)})"
+            )
+    else:
+        lines.append(f"no schedule fired more than {OVERFIRE_RATIO:g}x what its period allows")
+    return "\n".join(lines)
+
+
+# --- status -------------------------------------------------------------------------------
+
+STATUS_COLUMNS = ("name", "schedule", "enabled", "next fire", "last completion", "outcome", "stuck")
+
+
+def status_rows(now: dt.datetime) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for row in Schedule.objects.order_by("name"):
+        next_fire = next_fire_words(row, now)
+        if row.enabled and row.next_fire_at is not None and not row.error:
+            next_fire += f" ({absolute(row.next_fire_at)})"
+        rows.append(
+            (
+                row.name,
+                schedule_words(row),
+                "yes" if row.enabled else "no",
+                next_fire,
+                relative(row.last_completed_at, now) or "never",
+                row.last_outcome or "-",
+                f"for {duration_words(now - row.stuck_since)}" if row.stuck_since else "",
+            )
+        )
+    return rows
+
+
+def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
+    lines = [
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in (header, *rows)
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_status(now: dt.datetime) -> str:
+    from . import health
+
+    rows = status_rows(now)
+    table = format_table(STATUS_COLUMNS, rows) if rows else "no schedules"
+    boots = health.live_boots(now)
+    if boots:
+        beat = "beat alive: " + ", ".join(
+            f"{b.hostname}:{b.pid} (up {duration_words(now - b.started_at)})" for b in boots
+        )
+    else:
+        beat = "no beat alive"
+    return f"{table}\n\n{beat}"

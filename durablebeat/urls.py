@@ -1,0 +1,8 @@
+"""``path("durablebeat/", include("durablebeat.urls"))`` serves ``/durablebeat/metrics``."""
+
+from django.urls import path
+
+from .metrics import metrics_view
+
+app_name = "durablebeat"
+urlpatterns = [path("metrics", metrics_view, name="metrics")]

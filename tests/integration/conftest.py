@@ -1,0 +1,61 @@
+"""Fixtures of the operations tests: boots and runs built as a situation needs them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture
+def make_boot() -> Callable[..., Any]:
+    from durablebeat.models import Boot
+
+    def make(
+        started_at: dt.datetime,
+        heartbeat_at: dt.datetime | None = None,
+        stopped_at: dt.datetime | None = None,
+        hostname: str = "beat-host",
+        pid: int = 4242,
+    ) -> Boot:
+        return Boot.objects.create(
+            id=uuid.uuid4(),
+            hostname=hostname,
+            pid=pid,
+            started_at=started_at,
+            heartbeat_at=heartbeat_at or started_at,
+            stopped_at=stopped_at,
+        )
+
+    return make
+
+
+@pytest.fixture
+def make_run() -> Callable[..., Any]:
+    from durablebeat.enums import Reason, RunState
+    from durablebeat.models import Run
+
+    def make(schedule: Any, slot: dt.datetime, **fields: Any) -> Run:
+        fields.setdefault("reason", Reason.SCHEDULED)
+        fields.setdefault("state", RunState.SUCCEEDED)
+        fields.setdefault("claimed_at", slot)
+        if fields["state"] not in (RunState.SKIPPED, RunState.MISSED):
+            fields.setdefault("task_id", str(uuid.uuid4()))
+        return Run.objects.create(schedule=schedule, slot=slot, **fields)
+
+    return make
+
+
+@pytest.fixture
+def created_at() -> Callable[..., None]:
+    """Back-date a schedule's creation (``auto_now_add`` takes the real clock)."""
+    from durablebeat.models import Schedule
+
+    def set_(schedule: Any, when: dt.datetime) -> None:
+        Schedule.objects.filter(pk=schedule.pk).update(created_at=when)
+        schedule.refresh_from_db()
+
+    return set_

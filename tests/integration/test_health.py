@@ -1,0 +1,295 @@
+"""R17: ``durablebeat check``: each finding fires on a situation built for it and stays
+silent on a healthy one; exit codes 0 / 1 / 2; one line per finding; ``--json``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+from django.db import DatabaseError
+from django.test import override_settings
+
+from durablebeat import health
+from durablebeat.enums import RunState
+from durablebeat.models import Schedule
+
+pytestmark = pytest.mark.django_db
+
+S = dt.timedelta(seconds=1)
+MIN = dt.timedelta(minutes=1)
+H = dt.timedelta(hours=1)
+
+
+@pytest.fixture
+def alive(make_boot, t0):
+    """A beat that is running now."""
+    return make_boot(started_at=t0 - H, heartbeat_at=t0 - 5 * S)
+
+
+@pytest.fixture
+def healthy(alive, make_schedule, created_at, t0):
+    """A minute job that fired and succeeded on time, due again in 30 s."""
+    row = make_schedule(
+        "minutely", every=60, next_fire_at=t0 + 30 * S, last_completed_at=t0 - 25 * S
+    )
+    created_at(row, t0 - 2 * H)
+    return row
+
+
+def codes(now):
+    return [f.code for f in health.findings(now)]
+
+
+def run_check(*args):
+    out = io.StringIO()
+    try:
+        call_command("durablebeat", "check", *args, stdout=out)
+    except SystemExit as exc:
+        return int(exc.code), out.getvalue()
+    return 0, out.getvalue()
+
+
+# --- the healthy baseline -----------------------------------------------------------------
+
+
+def test_healthy_system_has_no_findings_and_check_exits_0(healthy, t0, time_machine):
+    time_machine.move_to(t0, tick=False)
+    assert health.findings(t0) == []
+    code, out = run_check()
+    assert code == 0
+    assert out.startswith("OK")
+
+
+# --- no beat ------------------------------------------------------------------------------
+
+
+def test_no_beat_ever_started_is_critical(t0):
+    [finding] = health.findings(t0)
+    assert (finding.code, finding.severity) == ("no_beat", health.Severity.CRITICAL)
+    assert "no beat has ever started" in finding.message
+
+
+def test_stale_heartbeat_is_critical_naming_the_host(make_boot, t0):
+    make_boot(started_at=t0 - 5 * H, heartbeat_at=t0 - 3 * H, hostname="old-pod")
+    [finding] = health.findings(t0)
+    assert finding.code == "no_beat"
+    assert "old-pod" in finding.message and "3 h" in finding.message
+
+
+def test_stopped_boot_is_not_alive_even_with_a_fresh_heartbeat(make_boot, t0):
+    make_boot(started_at=t0 - H, heartbeat_at=t0 - 2 * S, stopped_at=t0 - 2 * S)
+    [finding] = health.findings(t0)
+    assert finding.code == "no_beat"
+    assert "stopped" in finding.message
+
+
+def test_fresh_heartbeat_is_alive(alive, t0):
+    assert "no_beat" not in codes(t0)
+
+
+@override_settings(DURABLEBEAT_HEARTBEAT_STALE_AFTER=10)
+def test_heartbeat_staleness_follows_the_setting(make_boot, t0):
+    make_boot(started_at=t0 - H, heartbeat_at=t0 - 15 * S)
+    assert codes(t0) == ["no_beat"]
+
+
+# --- overdue (starvation) -----------------------------------------------------------------
+
+
+def test_overdue_while_beat_is_alive_is_critical(healthy, make_schedule, t0):
+    make_schedule("starved", every=60, next_fire_at=t0 - 3 * MIN)
+    [finding] = health.findings(t0)
+    assert (finding.code, finding.schedule) == ("overdue", "starved")
+    assert finding.severity == health.Severity.CRITICAL
+    assert "3 min ago" in finding.message
+
+
+def test_late_within_tolerance_is_not_overdue(healthy, make_schedule, t0):
+    make_schedule("late", every=60, next_fire_at=t0 - MIN)
+    assert codes(t0) == []
+
+
+def test_overdue_is_not_reported_when_no_beat_is_alive(make_schedule, t0):
+    """Every schedule is late when beat is down: one no_beat line says it, not 100 lines."""
+    make_schedule("starved", every=60, next_fire_at=t0 - H)
+    assert codes(t0) == ["no_beat"]
+
+
+def test_disabled_schedule_is_never_overdue(healthy, make_schedule, t0):
+    make_schedule("off", every=60, next_fire_at=t0 - H, enabled=False)
+    assert codes(t0) == []
+
+
+# --- stuck --------------------------------------------------------------------------------
+
+
+def test_stuck_longer_than_threshold_is_critical(healthy, t0):
+    Schedule.objects.filter(pk=healthy.pk).update(
+        stuck_since=t0 - 7 * H, stuck_reason="previous run is still started on w1"
+    )
+    [finding] = health.findings(t0)
+    assert (finding.code, finding.severity) == ("stuck", health.Severity.CRITICAL)
+    assert "7 h" in finding.message and "still started on w1" in finding.message
+
+
+def test_stuck_shorter_than_threshold_is_silent(healthy, t0):
+    Schedule.objects.filter(pk=healthy.pk).update(stuck_since=t0 - 5 * H, stuck_reason="x")
+    assert codes(t0) == []
+
+
+# --- lost and unresolved runs -------------------------------------------------------------
+
+
+def test_recently_lost_run_is_a_warning(healthy, make_run, t0):
+    make_run(healthy, t0 - 2 * H, state=RunState.LOST, finished_at=t0 - H)
+    [finding] = health.findings(t0)
+    assert (finding.code, finding.severity) == ("lost_runs", health.Severity.WARNING)
+    assert finding.schedule == "minutely" and "1 run(s) lost" in finding.message
+
+
+def test_lost_run_older_than_the_lookback_is_silent(healthy, make_run, t0):
+    make_run(healthy, t0 - 50 * H, state=RunState.LOST, finished_at=t0 - 49 * H)
+    make_run(healthy, t0 - H, state=RunState.SUCCEEDED, finished_at=t0 - H)
+    assert codes(t0) == []
+
+
+def test_claimed_but_never_published_is_unresolved(healthy, make_run, t0):
+    make_run(healthy, t0 - 10 * MIN, state=RunState.CLAIMED)
+    [finding] = health.findings(t0)
+    assert finding.code == "unresolved_runs"
+    assert "never confirmed on the broker" in finding.message
+
+
+def test_published_long_ago_and_never_started_is_unresolved(healthy, make_run, t0):
+    make_run(healthy, t0 - 2 * H, state=RunState.PUBLISHED, published_at=t0 - 2 * H)
+    [finding] = health.findings(t0)
+    assert finding.code == "unresolved_runs"
+    assert "no worker started" in finding.message
+
+
+def test_started_past_its_hard_limit_plus_margin_is_unresolved(healthy, make_run, t0):
+    make_run(
+        healthy,
+        t0 - 10 * MIN,
+        state=RunState.STARTED,
+        started_at=t0 - 10 * MIN,
+        hard_time_limit=60,
+        worker="w1",
+    )
+    assert codes(t0) == ["unresolved_runs"]
+
+
+def test_runs_in_flight_within_their_limits_are_silent(healthy, make_run, t0):
+    make_run(
+        healthy,
+        t0 - 10 * MIN,
+        state=RunState.STARTED,
+        started_at=t0 - 10 * MIN,
+        hard_time_limit=3600,
+    )
+    make_run(healthy, t0 - 5 * MIN, state=RunState.PUBLISHED, published_at=t0 - 5 * MIN)
+    make_run(healthy, t0 - 1 * MIN, state=RunState.CLAIMED)
+    assert codes(t0) == []
+
+
+# --- no success ---------------------------------------------------------------------------
+
+
+def test_no_success_over_the_last_periods_is_a_warning(healthy, t0):
+    Schedule.objects.filter(pk=healthy.pk).update(
+        last_completed_at=t0 - 10 * MIN, last_outcome=RunState.FAILED
+    )
+    [finding] = health.findings(t0)
+    assert (finding.code, finding.severity) == ("no_success", health.Severity.WARNING)
+    assert "last 3 periods" in finding.message and "failed" in finding.message
+
+
+def test_never_succeeded_daily_job_restarted_away_is_flagged(alive, make_schedule, created_at, t0):
+    """The §1 story: next fire always in the future (never overdue), yet no run in days."""
+    row = make_schedule("daily", every=24 * 3600, next_fire_at=t0 + 20 * H)
+    created_at(row, t0 - 4 * 24 * H)
+    assert codes(t0) == ["no_success"]
+
+
+def test_new_schedule_is_not_flagged_before_its_periods_pass(alive, make_schedule, created_at, t0):
+    row = make_schedule("daily", every=24 * 3600, next_fire_at=t0 + 23 * H)
+    created_at(row, t0 - H)
+    assert codes(t0) == []
+
+
+def test_crontab_no_success_counts_its_slots(alive, make_schedule, created_at, t0):
+    row = make_schedule("hourly", kind="crontab", minute="0", next_fire_at=t0 + H)
+    created_at(row, t0 - 10 * H)
+    Schedule.objects.filter(pk=row.pk).update(last_completed_at=t0 - 2 * H - MIN)
+    assert codes(t0) == []  # two slots since: 10:00, 11:00 (12:00 is within the tolerance)
+    Schedule.objects.filter(pk=row.pk).update(last_completed_at=t0 - 4 * H)
+    assert codes(t0) == ["no_success"]
+
+
+# --- bad rows -----------------------------------------------------------------------------
+
+
+def test_bad_row_is_a_warning_with_its_error(healthy, t0):
+    Schedule.objects.filter(pk=healthy.pk).update(error="minute: 61 is out of range")
+    [finding] = health.findings(t0)
+    assert (finding.code, finding.severity) == ("bad_row", health.Severity.WARNING)
+    assert "61 is out of range" in finding.message
+
+
+def test_bad_row_cleared_by_an_edit_is_silent(healthy, t0):
+    Schedule.objects.filter(pk=healthy.pk).update(error="minute: bad")
+    healthy.refresh_from_db()
+    healthy.save()  # an admin edit: beat validates it afresh
+    assert codes(t0) == []
+
+
+# --- the command --------------------------------------------------------------------------
+
+
+def test_check_exits_1_on_warnings_one_line_per_finding(healthy, make_run, t0, time_machine):
+    time_machine.move_to(t0, tick=False)
+    make_run(healthy, t0 - 2 * H, state=RunState.LOST, finished_at=t0 - H)
+    Schedule.objects.filter(pk=healthy.pk).update(error="hour: bad")
+    code, out = run_check()
+    assert code == 1
+    lines = out.strip().splitlines()
+    assert len(lines) == 2
+    assert {ln.split(":")[0] for ln in lines} == {"WARNING lost_runs", "WARNING bad_row"}
+
+
+def test_check_exits_2_on_critical_worst_first(healthy, make_schedule, make_run, t0, time_machine):
+    time_machine.move_to(t0, tick=False)
+    make_run(healthy, t0 - 2 * H, state=RunState.LOST, finished_at=t0 - H)
+    make_schedule("starved", every=60, next_fire_at=t0 - H)
+    code, out = run_check()
+    assert code == 2
+    assert out.splitlines()[0].startswith("CRITICAL overdue: starved")
+
+
+def test_check_json_lists_findings(t0, time_machine):
+    time_machine.move_to(t0, tick=False)
+    code, out = run_check("--json")
+    assert code == 2
+    [finding] = json.loads(out)
+    assert finding["code"] == "no_beat" and finding["severity"] == "critical"
+
+
+def test_check_only_reports_the_codes_asked_for(healthy, t0, time_machine):
+    """A beat liveness probe must not restart beat because a task fails."""
+    time_machine.move_to(t0, tick=False)
+    Schedule.objects.filter(pk=healthy.pk).update(error="hour: bad")
+    assert run_check("--only", "no_beat")[0] == 0
+    assert run_check("--only", "no_beat,bad_row")[0] == 1
+
+
+def test_check_says_the_database_is_unreachable(monkeypatch):
+    def down(now, only=None):
+        raise DatabaseError("connection refused")
+
+    monkeypatch.setattr(health, "findings", down)
+    code, out = run_check()
+    assert code == 2
+    assert out.startswith("CRITICAL database_unreachable: cannot read the database")

@@ -1,0 +1,141 @@
+"""Prometheus metrics computed from the database at scrape time, and their view."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import DatabaseError
+from django.test import override_settings
+
+from durablebeat import metrics
+from durablebeat.enums import Reason, RunState
+
+prometheus_parser = pytest.importorskip("prometheus_client.parser")
+
+pytestmark = pytest.mark.django_db
+
+S = dt.timedelta(seconds=1)
+H = dt.timedelta(hours=1)
+
+
+def scrape(now):
+    text = metrics.render(lambda: now).decode()
+    samples = {}
+    for family in prometheus_parser.text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def value(samples, name, **labels):
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+@pytest.fixture
+def situation(make_schedule, make_boot, make_run, t0):
+    boot = make_boot(started_at=t0 - H, heartbeat_at=t0 - 7 * S)
+    job = make_schedule(
+        "job",
+        every=600,
+        next_fire_at=t0 - 90 * S,
+        last_completed_at=t0 - 1000 * S,
+        stuck_since=t0 - 2 * H,
+    )
+    make_schedule("hourly", kind="crontab", minute="0", next_fire_at=t0 + H)
+    make_run(job, t0 - 3 * H, boot=boot)
+    make_run(job, t0 - 2 * H, boot=boot, reason=Reason.STARTUP_GRACE, state=RunState.FAILED)
+    make_run(job, t0 - 90 * S, boot=boot, state=RunState.PUBLISHED)
+    make_run(job, t0 - 60 * S, boot=boot, state=RunState.SKIPPED)
+    make_run(job, t0 - 30 * S, reason=Reason.MANUAL, state=RunState.LOST)
+    make_run(job, t0 - 20 * S, boot=boot, state=RunState.MISSED, task_id="claimed-never-sent")
+    return job
+
+
+def test_fires_by_schedule_and_reason(situation, t0):
+    samples = scrape(t0)
+    assert value(samples, "durablebeat_fires_total", schedule="job", reason="scheduled") == 2
+    assert value(samples, "durablebeat_fires_total", schedule="job", reason="startup_grace") == 1
+    assert value(samples, "durablebeat_fires_total", schedule="job", reason="manual") == 1
+
+
+def test_runs_by_final_state(situation, t0):
+    samples = scrape(t0)
+    assert value(samples, "durablebeat_runs_total", schedule="job", state="succeeded") == 1
+    assert value(samples, "durablebeat_runs_total", schedule="job", state="failed") == 1
+    assert value(samples, "durablebeat_runs_total", schedule="job", state="lost") == 1
+    assert value(samples, "durablebeat_runs_total", schedule="job", state="skipped") == 1
+    assert ("durablebeat_runs_total", (("schedule", "job"), ("state", "published"))) not in samples
+
+
+def test_schedule_gauges(situation, t0):
+    samples = scrape(t0)
+    assert value(samples, "durablebeat_schedule_overdue_seconds", schedule="job") == 90
+    assert value(samples, "durablebeat_schedule_overdue_seconds", schedule="hourly") == 0
+    assert value(samples, "durablebeat_schedule_stuck_seconds", schedule="job") == 7200
+    assert value(samples, "durablebeat_schedule_stuck_seconds", schedule="hourly") == 0
+    assert (
+        value(samples, "durablebeat_schedule_seconds_since_last_completion", schedule="job") == 1000
+    )
+    assert (
+        "durablebeat_schedule_seconds_since_last_completion",
+        (("schedule", "hourly"),),
+    ) not in samples  # never completed: absent, not zero
+    assert value(samples, "durablebeat_schedule_period_seconds", schedule="job") == 600
+    assert value(samples, "durablebeat_schedule_period_seconds", schedule="hourly") == 3600
+
+
+def test_beat_heartbeat_age_and_liveness(situation, make_boot, t0):
+    samples = scrape(t0)
+    assert value(samples, "durablebeat_beat_heartbeat_age_seconds") == 7
+    assert value(samples, "durablebeat_beat_alive") == 1
+    samples = scrape(t0 + 10 * 60 * S)
+    assert value(samples, "durablebeat_beat_heartbeat_age_seconds") == 607
+    assert value(samples, "durablebeat_beat_alive") == 0
+
+
+def test_no_beat_ever_is_infinitely_old(t0):
+    samples = scrape(t0)
+    assert value(samples, "durablebeat_beat_heartbeat_age_seconds") == float("inf")
+    assert value(samples, "durablebeat_check_findings", code="no_beat", severity="critical") == 1
+
+
+def test_check_findings_are_exported(situation, t0):
+    samples = scrape(t0)
+    findings = {k: v for k, v in samples.items() if k[0] == "durablebeat_check_findings"}
+    assert findings == {
+        ("durablebeat_check_findings", (("code", "lost_runs"), ("severity", "warning"))): 1
+    }
+    assert value(samples, "durablebeat_database_up") == 1
+
+
+def test_database_down_is_a_sample_not_a_500(monkeypatch, t0):
+    def down(self, now):
+        raise DatabaseError("connection refused")
+
+    monkeypatch.setattr(metrics.DurablebeatCollector, "_families", down)
+    samples = scrape(t0)
+    assert samples == {("durablebeat_database_up", ()): 0}
+
+
+def test_metrics_view_serves_prometheus_text(client, situation):
+    response = client.get("/durablebeat/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    assert b'durablebeat_fires_total{reason="scheduled",schedule="job"} 2.0' in response.content
+
+
+@override_settings(DURABLEBEAT_METRICS_TOKEN="s3cret")
+def test_metrics_view_wants_the_token_when_set(client, situation):
+    assert client.get("/durablebeat/metrics").status_code == 401
+    wrong = client.get("/durablebeat/metrics", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    right = client.get("/durablebeat/metrics", headers={"Authorization": "Bearer s3cret"})
+    assert right.status_code == 200
+
+
+def test_metrics_view_without_prometheus_client_says_how_to_install(client, monkeypatch):
+    monkeypatch.setattr(metrics, "AVAILABLE", False)
+    response = client.get("/durablebeat/metrics")
+    assert response.status_code == 501
+    assert b"pip install durablebeat[prometheus]" in response.content
