@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from django.db import DatabaseError
 from django.db.models import Count, Max
 from django.db.models.functions import Coalesce
 
@@ -285,13 +286,39 @@ def findings(now: dt.datetime, only: Iterable[str] | None = None) -> list[Findin
     return sorted(found, key=lambda f: -f.severity)
 
 
-CODES = ("no_beat", "overdue", "stuck", "lost_runs", "unresolved_runs", "no_success", "bad_row")
-
-
-def exit_code(found: Iterable[Finding]) -> int:
-    """0: all is well; 1: warnings; 2: a critical finding."""
-    return max((int(f.severity) for f in found), default=0)
+CODES = (
+    "no_beat",
+    "overdue",
+    "stuck",
+    "lost_runs",
+    "unresolved_runs",
+    "no_success",
+    "bad_row",
+    "database_unreachable",
+)
 
 
 def database_unreachable(exc: Exception) -> Finding:
     return Finding("database_unreachable", Severity.CRITICAL, f"cannot read the database: {exc}")
+
+
+def check(now: dt.datetime, only: Iterable[str] | None = None) -> list[Finding]:
+    """What ``durablebeat check`` prints: the findings, or that the database cannot be read.
+
+    The database error is reported even when ``only`` leaves it out; ``exit_code`` then does
+    not count it, so that a beat liveness probe does not restart a beat that is firing from
+    memory through a database outage (R5).
+    """
+    try:
+        return findings(now, only)
+    except DatabaseError as exc:
+        return [database_unreachable(exc)]
+
+
+def exit_code(found: Iterable[Finding], only: Iterable[str] | None = None) -> int:
+    """0: all is well; 1: warnings; 2: a critical finding (among ``only`` when given)."""
+    wanted = None if only is None else set(only)
+    return max(
+        (int(f.severity) for f in found if wanted is None or f.code in wanted),
+        default=0,
+    )

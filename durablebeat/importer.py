@@ -206,10 +206,11 @@ def build_row(task: Any, now: dt.datetime) -> tuple[Schedule, str, list[str]]:
     notes: list[str] = []
     if task.exchange:
         raise Skip(f"exchange override {task.exchange!r}: durablebeat has no exchange option")
-    if task.expires is not None:
+    ended = _aware(task.expires)
+    if ended is not None and ended > now:
         raise Skip(
-            f"it has an end date (expires {absolute(_aware(task.expires))}), which durablebeat "
-            "does not enforce: re-create it and disable it by hand when it ends"
+            f"it has an end date (expires {absolute(ended)}), which durablebeat does not "
+            "enforce: re-create it and disable it by hand when it ends"
         )
     spec = _spec(task)
     args = _json(task.args, list, "list", "args")
@@ -224,6 +225,9 @@ def build_row(task: Any, now: dt.datetime) -> tuple[Schedule, str, list[str]]:
             spec = timing.Clocked(nxt or now + conf.settings.STARTUP_GRACE)
             nxt = spec.at
             notes.append(f"one-off: fires once at {absolute(spec.at)}")
+    if ended is not None:
+        # django-celery-beat sent its messages already expired: it did not run any more.
+        enabled, nxt, why = False, None, f"its end date {absolute(ended)} passed: imported disabled"
     if not task.enabled:
         enabled, nxt = False, None
     row = Schedule(

@@ -9,6 +9,7 @@ import json
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import DatabaseError
 from django.test import override_settings
 
@@ -293,3 +294,21 @@ def test_check_says_the_database_is_unreachable(monkeypatch):
     code, out = run_check()
     assert code == 2
     assert out.startswith("CRITICAL database_unreachable: cannot read the database")
+
+
+def test_liveness_probe_does_not_fail_on_a_database_outage_it_cannot_fix(monkeypatch):
+    """Beat fires from memory through a database outage (R5): restarting it would not help."""
+
+    def down(now, only=None):
+        raise DatabaseError("connection refused")
+
+    monkeypatch.setattr(health, "findings", down)
+    code, out = run_check("--only", "no_beat,overdue")
+    assert code == 0
+    assert "database_unreachable" in out  # said, not counted
+    assert run_check("--only", "no_beat,database_unreachable")[0] == 2
+
+
+def test_check_refuses_an_unknown_code():
+    with pytest.raises(CommandError, match="unknown finding codes: nope"):
+        run_check("--only", "no_beat,nope")

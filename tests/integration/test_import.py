@@ -198,6 +198,17 @@ def test_one_off_interval_becomes_a_one_off_at_its_next_fire(t0):
     assert Schedule.objects.get(name="once-done").enabled is False
 
 
+def test_task_past_its_end_date_is_imported_disabled(t0):
+    """django-celery-beat sends such a task's messages already expired: it no longer runs."""
+    periodic("ended", interval=every(5), expires=t0 - H, last_run_at=t0 - 2 * H)
+    plan = items(t0)
+    assert plan["ended"].action == importer.CREATE
+    assert "end date 2026-03-02 11:00:00 UTC passed" in plan["ended"].why
+    importer.run_import(t0, dry_run=False)
+    row = Schedule.objects.get(name="ended")
+    assert (row.enabled, row.next_fire_at) == (False, None)
+
+
 def test_disabled_task_is_imported_disabled(t0):
     periodic("paused", interval=every(5), enabled=False)
     importer.run_import(t0, dry_run=False)

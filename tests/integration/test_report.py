@@ -123,6 +123,22 @@ def test_daily_job_firing_on_its_period_is_not_flagged(make_schedule, make_run, 
     assert "no schedule fired more than 1.5x" in command("report")
 
 
+@pytest.mark.parametrize(("fired", "flagged"), [(4, False), (5, True)])
+def test_the_flag_is_at_one_and_a_half_times_the_allowance(
+    make_schedule, make_run, t0, fired, flagged
+):
+    """48 h allow 3 daily fires: one extra startup-grace fire after a deploy (4) is within
+    1.5x; 5 is not."""
+    daily = make_schedule("daily", every=24 * 3600)
+    for i in range(fired):
+        reason = Reason.STARTUP_GRACE if i == fired - 1 else Reason.SCHEDULED
+        make_run(daily, t0 - 47 * H + i * 11 * H, reason=reason)
+    overfired = report.build_report(*window(t0)).overfired
+    assert [(o.schedule, o.fired, o.allowed) for o in overfired] == (
+        [("daily", fired, 3)] if flagged else []
+    )
+
+
 def test_crontab_allowance_is_its_slot_count(make_schedule, make_run, t0):
     hourly = make_schedule("hourly", kind="crontab", minute="0")
     for k in range(48):
