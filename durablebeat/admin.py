@@ -85,7 +85,9 @@ class OverdueFilter(admin.SimpleListFilter):
         return [("yes", "Overdue"), ("no", "On time")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
-        overdue = Q(enabled=True, error="", next_fire_at__lt=clock.now())
+        # As the list says it: "due now" within LATE_AFTER, "overdue" past it.
+        late = clock.now() - conf.settings.LATE_AFTER
+        overdue = Q(enabled=True, error="", next_fire_at__lt=late)
         if self.value() == "yes":
             return queryset.filter(overdue)
         if self.value() == "no":

@@ -2,8 +2,8 @@
 
 Each ``find_*`` function looks at the database as it is at ``now`` and returns findings,
 one per thing a person has to look at. They are silent on a healthy system: every one of
-them is tested firing on a situation built for it and quiet on a healthy one. The command,
-the admin's health summary and the metrics all call ``findings(now)``.
+them is tested firing on a situation built for it and quiet on a healthy one. The command
+and the admin's health summary call ``check(now)``, the metrics ``findings(now)``.
 """
 
 from __future__ import annotations

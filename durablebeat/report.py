@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from . import timing
+from . import conf, timing
 from .enums import Reason, RunState
 from .models import Boot, MissedSlots, Run, Schedule
 
@@ -70,7 +70,11 @@ def relative(then: dt.datetime | None, now: dt.datetime, *, future: str = "in {}
 
 
 def next_fire_words(row: Schedule, now: dt.datetime) -> str:
-    """The admin's and status's "next fire": "in 4 min", "overdue 3 h", "disabled"."""
+    """The admin's and status's "next fire": "in 4 min", "due now", "overdue 3 h", "disabled".
+
+    A slot passed by less than ``LATE_AFTER`` is beat's next look (at most ``MAX_INTERVAL``
+    away), not a problem: it reads "due now".
+    """
     if not row.enabled:
         return "disabled"
     if row.error:
@@ -79,6 +83,8 @@ def next_fire_words(row: Schedule, now: dt.datetime) -> str:
         return "beat computes it"
     if row.next_fire_at >= now:
         return f"in {duration_words(row.next_fire_at - now)}"
+    if now - row.next_fire_at <= conf.settings.LATE_AFTER:
+        return "due now"
     return f"overdue {duration_words(now - row.next_fire_at)}"
 
 

@@ -147,6 +147,16 @@ def test_list_filters_and_search(admin_client, make_schedule, t0, query, expecte
     assert shown == expected
 
 
+def test_a_slot_just_passed_is_due_now_not_overdue(admin_client, make_schedule, t0):
+    """Beat looks at most every MAX_INTERVAL: a few seconds past is its next look."""
+    make_schedule("due", every=60, next_fire_at=t0 - 3 * S)
+    make_schedule("late", every=60, next_fire_at=t0 - 30 * S)
+    page = text(admin_client.get(CHANGELIST))
+    assert "due now" in page and "overdue 30 s" in page and "overdue 3 s" not in page
+    response = admin_client.get(f"{CHANGELIST}?overdue=yes")
+    assert {r.name for r in response.context["cl"].result_list} == {"late"}
+
+
 def test_health_summary_shows_when_check_would_fail(admin_client, make_schedule, t0):
     make_schedule("job", every=60, next_fire_at=t0 + MIN)
     page = text(admin_client.get(CHANGELIST))

@@ -1,0 +1,111 @@
+"""The pure parts of check, report, status and metrics: durations in words, slot counts,
+the 1.5x allowance and exit codes. No database: rows are unsaved model instances."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from durablebeat import health, report, timing
+from durablebeat.models import Schedule
+
+T0 = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
+S = dt.timedelta(seconds=1)
+MIN = dt.timedelta(minutes=1)
+H = dt.timedelta(hours=1)
+DAY = dt.timedelta(days=1)
+
+
+@pytest.mark.parametrize(
+    ("delta", "words"),
+    [
+        (45 * S, "45 s"),
+        (4 * MIN + 59 * S, "4 min"),
+        (3 * H, "3 h"),
+        (3 * H + 5 * MIN, "3 h 5 min"),
+        (2 * DAY + 4 * H + 30 * MIN, "2 d 4 h"),
+        (-(3 * H), "3 h"),
+    ],
+)
+def test_duration_words(delta, words):
+    assert report.duration_words(delta) == words
+
+
+def row(**fields):
+    fields.setdefault("name", "job")
+    fields.setdefault("task", "t")
+    fields.setdefault("kind", "interval")
+    fields.setdefault("every", MIN)
+    return Schedule(**fields)
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"next_fire_at": T0 + 4 * MIN}, "in 4 min"),
+        ({"next_fire_at": T0 - 3 * S}, "due now"),
+        ({"next_fire_at": T0 - 3 * H}, "overdue 3 h"),
+        ({"next_fire_at": None}, "beat computes it"),
+        ({"next_fire_at": T0 - 3 * H, "enabled": False}, "disabled"),
+        ({"next_fire_at": T0 - 3 * H, "error": "minute: bad"}, "bad row: not firing"),
+    ],
+)
+def test_next_fire_in_words(fields, words):
+    assert report.next_fire_words(row(**fields), T0) == words
+
+
+def test_schedule_in_words_says_why_a_row_is_invalid():
+    assert report.schedule_words(row(every=None)).startswith("invalid: ")
+
+
+def test_interval_allowance_counts_both_ends_of_the_window():
+    assert report.allowed_fires(timing.Interval(DAY), T0 - 48 * H, T0) == 3
+    assert report.allowed_fires(timing.Interval(H), T0 - H, T0) == 2
+
+
+def test_crontab_allowance_is_its_slots_in_the_window():
+    hourly = timing.Crontab(minute="0")
+    assert report.allowed_fires(hourly, T0 - 48 * H, T0) == 48
+    # A window without a slot still allows one fire (it may land on the edge).
+    assert report.allowed_fires(timing.Crontab(minute="0", hour="3"), T0 - H, T0) == 1
+
+
+def test_one_off_allowance_is_one():
+    assert report.allowed_fires(timing.Clocked(T0 - H), T0 - 48 * H, T0) == 1
+
+
+def test_slots_since_stops_at_the_limit():
+    assert health.slots_since(timing.Interval(MIN), T0 - DAY, T0, 3) == 3
+    assert health.slots_since(timing.Interval(H), T0 - 150 * MIN, T0, 3) == 2
+    assert health.slots_since(timing.Crontab(minute="0"), T0 - 150 * MIN, T0, 3) == 3
+    assert health.slots_since(timing.Crontab(minute="0"), T0, T0 - H, 3) == 0
+
+
+def finding(code, severity):
+    return health.Finding(code, severity, "x")
+
+
+def test_exit_code_is_the_worst_severity():
+    warn = finding("lost_runs", health.Severity.WARNING)
+    crit = finding("no_beat", health.Severity.CRITICAL)
+    assert health.exit_code([]) == 0
+    assert health.exit_code([warn]) == 1
+    assert health.exit_code([warn, crit]) == 2
+
+
+def test_exit_code_counts_only_what_was_asked_for():
+    down = finding("database_unreachable", health.Severity.CRITICAL)
+    assert health.exit_code([down], only=["no_beat"]) == 0
+    assert health.exit_code([down], only=["no_beat", "database_unreachable"]) == 2
+
+
+def test_finding_line_and_json():
+    f = health.Finding("stuck", health.Severity.CRITICAL, "job: skipped for 7 h", "job")
+    assert f.line() == "CRITICAL stuck: job: skipped for 7 h"
+    assert f.as_dict() == {
+        "code": "stuck",
+        "severity": "critical",
+        "message": "job: skipped for 7 h",
+        "schedule": "job",
+    }
