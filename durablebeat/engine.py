@@ -16,8 +16,9 @@ import socket
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection, transaction
 
 from . import clock, conf, ledger, recovery, timing
 from .codesync import CodeEntry
@@ -70,6 +71,8 @@ class Engine:
     _last_heartbeat: dt.datetime | None = None
     _db_failures: int = 0
     _bad_logged: set[tuple[int, str]] = field(default_factory=set)
+    #: since when every tick has found a full batch due (a burst larger than one batch)
+    _backlog_since: dt.datetime | None = None
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -160,9 +163,49 @@ class Engine:
         for hook in self.hooks:
             hook(self, now)
         horizon = now + dt.timedelta(seconds=s.MAX_INTERVAL)
-        rows = ledger.fetch_due(now, horizon, s.BATCH_SIZE)
-        late_after = s.LATE_AFTER
         fires: list[tuple[Due, Fire, ledger.Message]] = []
+        claims: list[ledger.Claim] = []
+        try:
+            # One transaction per batch: the due rows are read (and, on PostgreSQL, locked:
+            # another beat takes the next batch), decided, and the whole batch claimed.
+            with transaction.atomic():
+                rows = ledger.fetch_due(now, horizon, s.BATCH_SIZE, lock=True)
+                wake = self._decide(rows, now, fires)
+                if fires:
+                    claims = ledger.claim(fires, self.boot_id, now)
+        except DatabaseError as exc:
+            if not fires:
+                raise
+            # R5: the claim write failed; the slots still go out, the ledger catches up later.
+            self._fire_unclaimed(fires, now, exc)
+            return 0.0
+        if fires:
+            self._publish(fires, claims, now)
+        if len(rows) >= s.BATCH_SIZE:
+            self._backlog_since = self._backlog_since or now
+            return 0.0
+        self._backlog_since = None
+        retry_at = self.retries.next_wake()
+        if retry_at is not None:
+            wake = retry_at if wake is None else min(wake, retry_at)
+        if wake is None:
+            return s.MAX_INTERVAL
+        return max(0.0, min(s.MAX_INTERVAL, (wake - now).total_seconds()))
+
+    def _decide(
+        self,
+        rows: list[Any],
+        now: dt.datetime,
+        fires: list[tuple[Due, Fire, ledger.Message]],
+    ) -> dt.datetime | None:
+        """Sort the batch: what fires now goes into ``fires``; defers and misses are written
+        at once. Returns the earliest next fire seen, to sleep until."""
+        late_after = conf.settings.LATE_AFTER
+        if self._backlog_since is not None:
+            # A burst bigger than one batch: its last slots are late because this beat was
+            # busy firing the first ones, not because no beat ran (R7, R8); they fire as
+            # scheduled instead of taking a startup grace or being counted as missed.
+            late_after += now - self._backlog_since
         wake: dt.datetime | None = None
         for row in rows:
             if row.next_fire_at is not None and row.next_fire_at > now:
@@ -181,48 +224,45 @@ class Engine:
                     wake = action.next_fire_at if wake is None else min(wake, action.next_fire_at)
             elif isinstance(action, Miss):
                 ledger.apply_miss(due, action, self.boot_id, now)
-        if fires:
-            self._fire(fires, now)
-        if len(rows) >= s.BATCH_SIZE:
-            return 0.0
-        retry_at = self.retries.next_wake()
-        if retry_at is not None:
-            wake = retry_at if wake is None else min(wake, retry_at)
-        if wake is None:
-            return s.MAX_INTERVAL
-        return max(0.0, min(s.MAX_INTERVAL, (wake - now).total_seconds()))
+        return wake
 
-    def _fire(self, fires: list[tuple[Due, Fire, ledger.Message]], now: dt.datetime) -> None:
-        try:
-            claims = ledger.claim(fires, self.boot_id, now)
-        except DatabaseError as exc:
-            # R5: the claim write failed; the slots still go out, the ledger catches up later.
-            self._lost_db(now, exc)
-            for due, fire, message in fires:
-                claim = ledger.Claim(
-                    None,
-                    str(uuid.uuid4()),
-                    due.id,
+    def _fire_unclaimed(
+        self, fires: list[tuple[Due, Fire, ledger.Message]], now: dt.datetime, exc: Exception
+    ) -> None:
+        """R5: the database failed at the claim: publish anyway, write the ledger later."""
+        self._lost_db(now, exc)
+        for due, fire, message in fires:
+            claim = ledger.Claim(
+                None,
+                str(uuid.uuid4()),
+                due.id,
+                due.name,
+                fire.slot,
+                fire.reason,
+                self.boot_id,
+                message,
+            )
+            published = self.try_publish(claim, now) is None
+            self.outage_fires.append(
+                _OutageFire(
                     due.name,
                     fire.slot,
                     fire.reason,
-                    self.boot_id,
-                    message,
+                    claim.task_id,
+                    now if published else None,
+                    fire.next_fire_at,
                 )
-                published = self.try_publish(claim, now) is None
-                self.outage_fires.append(
-                    _OutageFire(
-                        due.name,
-                        fire.slot,
-                        fire.reason,
-                        claim.task_id,
-                        now if published else None,
-                        fire.next_fire_at,
-                    )
-                )
-                if due.name in self.plan:
-                    self.plan[due.name].next_fire_at = fire.next_fire_at
-            return
+            )
+            if due.name in self.plan:
+                self.plan[due.name].next_fire_at = fire.next_fire_at
+
+    def _publish(
+        self,
+        fires: list[tuple[Due, Fire, ledger.Message]],
+        claims: list[ledger.Claim],
+        now: dt.datetime,
+    ) -> None:
+        """Publish what was claimed, after commit (R3); one write confirms the whole batch."""
         by_id = {due.id: (due, fire) for due, fire, _ in fires}
         for due, fire in by_id.values():
             if fire.reason == Reason.CATCH_UP:

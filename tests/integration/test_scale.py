@@ -1,0 +1,248 @@
+"""Scale (issue 6): batched claims keep SPEC §1 per slot; idle costs one query; LISTEN wakes.
+
+The figures themselves are in benchmarks/ (never asserted here); these tests hold the
+correctness the speed must not cost: each of many due slots claimed once, two beats racing
+one batch never firing a slot twice, and a schedule change waking beat on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+import uuid
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from durablebeat import ledger, notify
+from durablebeat.models import Run, Schedule
+from durablebeat.policy import Fire, decide
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+S = dt.timedelta(seconds=1)
+
+
+def _many(n: int, due_at: dt.datetime, **fields: object) -> None:
+    Schedule.objects.bulk_create(
+        Schedule(
+            name=f"tenant-{i:05d}",
+            task="tests.e2eapp.tasks.record",
+            kind="interval",
+            every=dt.timedelta(hours=1),
+            overlap=fields.get("overlap", "allow"),
+            next_fire_at=due_at,
+        )
+        for i in range(n)
+    )
+
+
+def _tick_until_idle(engine, now: dt.datetime) -> int:
+    ticks = 0
+    while True:
+        ticks += 1
+        if engine.tick(now) > 0 or ticks > 50:
+            return ticks
+
+
+def test_many_due_slots_in_one_second_are_each_claimed_once_in_batches(
+    make_engine, publisher, settings, t0
+):
+    settings.DURABLEBEAT_BATCH_SIZE = 400
+    _many(1000, t0, overlap="skip")
+    engine = make_engine()
+    engine.tick(t0 - S)  # boot: heartbeat, code sync, hooks
+    with CaptureQueriesContext(connection) as queries:
+        ticks = _tick_until_idle(engine, t0)
+    slots = [(c.schedule, c.slot) for c in publisher.claims]
+    assert len(slots) == len(set(slots)) == 1000
+    assert Run.objects.filter(slot=t0, state="published").count() == 1000
+    assert not Schedule.objects.filter(next_fire_at__lte=t0).exists()  # R3: all advanced
+    # Batched: a few statements per batch of 400 (SQLite splits the insert in chunks of
+    # 999 parameters), not two per slot and a savepoint.
+    assert ticks == 3
+    control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE")
+    statements = [q["sql"][:80] for q in queries if not q["sql"].startswith(control)]
+    assert len(statements) <= 1000 // 20, statements
+
+
+def test_a_burst_longer_than_late_after_fires_its_last_slots_as_scheduled(
+    make_engine, publisher, settings, t0
+):
+    """The last batches of a big burst are late because beat was busy with the first ones,
+    not because no beat ran: they fire on their slot, no startup grace, nothing missed."""
+    settings.DURABLEBEAT_BATCH_SIZE = 100
+    _many(300, t0)
+    engine = make_engine()
+    for seconds in (0, 6, 12, 18):  # a slow broker: 6 s per batch
+        engine.tick(t0 + seconds * S)
+    assert len(publisher.claims) == 300
+    assert {(c.slot, c.reason) for c in publisher.claims} == {(t0, "scheduled")}
+
+
+def test_a_batch_keeps_firing_when_one_slot_already_has_a_run(make_engine, publisher, t0):
+    """A slot fired during an outage and reconciled has its run: the batch's bulk insert
+    fails on it, and the batch falls back to one by one, all others still fired once."""
+    _many(50, t0)
+    clash = Schedule.objects.get(name="tenant-00007")
+    Run.objects.create(schedule=clash, slot=t0, claimed_at=t0, task_id=str(uuid.uuid4()))
+    engine = make_engine()
+    _tick_until_idle(engine, t0)
+    fired = {c.schedule for c in publisher.claims}
+    assert len(publisher.claims) == 49
+    assert "tenant-00007" not in fired
+    assert Run.objects.filter(slot=t0).count() == 50
+
+
+def _fires(now: dt.datetime) -> list:
+    fires = []
+    for row in ledger.fetch_due(now, now, 1000):
+        due = ledger.due_from_row(row)
+        action = decide(due, now, dt.timedelta(seconds=10), False)
+        assert isinstance(action, Fire)
+        fires.append((due, action, ledger.Message.for_row(row)))
+    return fires
+
+
+def test_a_beat_claiming_a_batch_read_before_another_claimed_it_gets_nothing(t0):
+    """R4 for a batch: both beats read the same due rows; the second one's compare-and-set
+    finds them moved on and neither advances them again nor fires them."""
+    _many(60, t0)
+    stale = _fires(t0)
+    boots = [uuid.uuid4(), uuid.uuid4()]
+    for boot in boots:
+        ledger.register_boot(boot, "host", 1, t0)
+    first = ledger.claim(stale, boots[0], t0)
+    second = ledger.claim(stale, boots[1], t0 + S)
+    assert len(first) == 60
+    assert second == []
+    assert Run.objects.count() == 60
+    assert set(Schedule.objects.values_list("last_fired_at", flat=True)) == {t0}
+
+
+def test_two_engines_racing_one_burst_in_threads_never_duplicate_a_slot(
+    make_engine, publisher, settings, t0
+):
+    settings.DURABLEBEAT_BATCH_SIZE = 250
+    _many(2000, t0)
+    engines = [make_engine(), make_engine()]
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def run(engine) -> None:
+        try:
+            start.wait(10)
+            _tick_until_idle(engine, t0)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    slots = [(c.schedule, c.slot) for c in publisher.claims]
+    assert len(slots) == len(set(slots)) == 2000
+    assert Run.objects.count() == 2000
+    assert {c.boot_id for c in publisher.claims} == {e.boot_id for e in engines} or (
+        connection.vendor != "postgresql"  # SQLite serialises writers: one may take all
+    )
+
+
+def test_an_idle_tick_is_one_indexed_query(make_engine, t0):
+    """Idle cost flat in N: while nothing is due, a wake-up reads only what is due soon."""
+    _many(300, t0 + dt.timedelta(days=1))
+    engine = make_engine()
+    engine.tick(t0)  # boot, heartbeat, hooks
+    with CaptureQueriesContext(connection) as queries:
+        assert engine.tick(t0 + S) > 0
+    control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE")
+    selects = [q["sql"] for q in queries if not q["sql"].startswith(control)]
+    assert len(selects) == 1, selects
+    assert "durablebeat_schedule" in selects[0]
+
+
+@pytest.mark.postgres_only
+def test_a_schedule_change_wakes_the_listener_at_once():
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    _many(1, dt.datetime(2030, 1, 1, tzinfo=dt.UTC))
+    listener = notify.Listener()
+    try:
+        assert listener.available()
+        assert listener.wait(0.2) is False  # nothing changed
+        Schedule.objects.filter(name="tenant-00000").update(
+            next_fire_at=dt.datetime(2029, 1, 1, tzinfo=dt.UTC)
+        )
+        start = time.monotonic()
+        assert listener.wait(5) is True
+        assert time.monotonic() - start < 1
+    finally:
+        listener.close()
+
+
+@pytest.mark.postgres_only
+def test_a_beats_own_writes_wake_no_beat():
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    _many(1, dt.datetime(2030, 1, 1, tzinfo=dt.UTC))
+    listener = notify.Listener()
+    try:
+        assert listener.available()
+        notify.mark_beat_session()
+        Schedule.objects.update(next_fire_at=dt.datetime(2029, 1, 1, tzinfo=dt.UTC))
+        assert listener.wait(0.5) is False
+    finally:
+        listener.close()
+        connection.close()  # drop the session setting with its connection
+
+
+@pytest.mark.postgres_only
+def test_scheduler_wakes_from_its_sleep_when_a_schedule_is_edited(settings):
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    from durablebeat.schedulers import DurableScheduler
+    from project.celery import app
+
+    settings.DURABLEBEAT_MAX_INTERVAL = 10
+    _many(1, dt.datetime(2030, 1, 1, tzinfo=dt.UTC))
+    scheduler = DurableScheduler(app)
+    scheduler.tick()  # boot
+
+    def edit() -> None:
+        time.sleep(0.3)
+        row = Schedule.objects.get(name="tenant-00000")
+        row.next_fire_at = dt.datetime(2029, 1, 1, tzinfo=dt.UTC)
+        row.save()
+        connection.close()
+
+    editor = threading.Thread(target=edit)
+    try:
+        start = time.monotonic()
+        editor.start()
+        assert scheduler.tick() == 0.0  # it slept on LISTEN and was woken
+        assert time.monotonic() - start < 3
+    finally:
+        editor.join(10)
+        scheduler.close()
+
+
+def test_without_listen_beat_sleeps_at_most_max_interval(settings):
+    """R6 where LISTEN is impossible (SQLite, or switched off): Celery sleeps what tick
+    returns, never more than max_interval, and beat runs on."""
+    from durablebeat.schedulers import DurableScheduler
+    from project.celery import app
+
+    settings.DURABLEBEAT_LISTEN_NOTIFY = False
+    settings.DURABLEBEAT_MAX_INTERVAL = 2
+    scheduler = DurableScheduler(app)
+    try:
+        assert 0 < scheduler.tick() <= 2
+        assert scheduler.engine.db_ok
+    finally:
+        scheduler.close()
