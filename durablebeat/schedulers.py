@@ -1,7 +1,9 @@
 """``celery -A proj beat -S durablebeat.schedulers:DurableScheduler``.
 
 A thin adapter: Celery's beat service calls ``tick()`` in a loop and sleeps for what it
-returns; all decisions are in ``engine.Engine``.
+returns; all decisions are in ``engine.Engine``. On PostgreSQL the adapter does the sleeping
+itself, on a LISTEN connection (``notify.Listener``), so that a schedule changed in the
+admin wakes it at once; elsewhere, or when LISTEN fails, Celery sleeps as usual.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 from celery.beat import Scheduler
 
-from . import clock, conf, ledger, publishing
+from . import clock, conf, ledger, notify, publishing
 from .codesync import parse_beat_schedule
 from .engine import Engine
 
@@ -25,6 +27,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         # Celery builds a lazy instance just to print its banner, so nothing here touches
         # the database or the broker: the first tick boots.
         self._engine: Engine | None = None
+        self._listener = notify.Listener()
         self._closed = False
         kwargs.pop("schedule_filename", None)
         super().__init__(app, *args, lazy=True, **kwargs)
@@ -54,13 +57,17 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         try:
-            return self.engine.tick(clock.now())
+            interval = self.engine.tick(clock.now())
         except Exception:
             if self._engine is None:
                 raise  # a bad beat_schedule: fail the boot loudly
             # Beat must never exit because of one bad tick (R5): log and look again soon.
             logger.exception("beat tick failed", extra={"event": "tick_failed"})
             return float(self.max_interval)
+        if interval > 0 and self.engine.db_ok and self._listener.available():
+            self._listener.wait(interval)  # woken early by a schedule change (R6)
+            return 0.0
+        return interval
 
     def _send(self, claim: ledger.Claim) -> None:
         publishing.send(self.app, claim, producer=self.producer)
@@ -72,6 +79,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         if self._closed:
             return
         self._closed = True
+        self._listener.close()
         if self._engine is not None:
             self._engine.close(clock.now())
         super().close()
