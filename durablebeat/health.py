@@ -286,16 +286,18 @@ def findings(now: dt.datetime, only: Iterable[str] | None = None) -> list[Findin
     return sorted(found, key=lambda f: -f.severity)
 
 
-CODES = (
-    "no_beat",
-    "overdue",
-    "stuck",
-    "lost_runs",
-    "unresolved_runs",
-    "no_success",
-    "bad_row",
-    "database_unreachable",
-)
+#: every finding code and its severity
+SEVERITIES = {
+    "no_beat": Severity.CRITICAL,
+    "overdue": Severity.CRITICAL,
+    "stuck": Severity.CRITICAL,
+    "lost_runs": Severity.WARNING,
+    "unresolved_runs": Severity.WARNING,
+    "no_success": Severity.WARNING,
+    "bad_row": Severity.WARNING,
+    "database_unreachable": Severity.CRITICAL,
+}
+CODES = tuple(SEVERITIES)
 
 
 def database_unreachable(exc: Exception) -> Finding:

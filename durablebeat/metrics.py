@@ -178,11 +178,16 @@ class DurablebeatCollector:
             "What `manage.py durablebeat check` would report, by finding code and severity.",
             labels=["code", "severity"],
         )
-        counts: dict[tuple[str, str], int] = {}
+        # Every code is exported, 0 when silent: an alert on it needs no absent() guard.
+        counts = {
+            (code, severity.name.lower()): 0
+            for code, severity in health.SEVERITIES.items()
+            if code != "database_unreachable"  # that one is durablebeat_database_up
+        }
         for f in health.findings(now):
             key = (f.code, f.severity.name.lower())
             counts[key] = counts.get(key, 0) + 1
-        for (code, severity), n in sorted(counts.items()):
+        for (code, severity), n in counts.items():
             fam.add_metric([code, severity], n)
         return fam
 

@@ -312,3 +312,25 @@ def test_liveness_probe_does_not_fail_on_a_database_outage_it_cannot_fix(monkeyp
 def test_check_refuses_an_unknown_code():
     with pytest.raises(CommandError, match="unknown finding codes: nope"):
         run_check("--only", "no_beat,nope")
+
+
+def test_every_finding_at_once_each_with_its_documented_severity(
+    make_boot, make_schedule, make_run, created_at, t0
+):
+    """Everything broken at once: one line each, severities as SEVERITIES documents them."""
+    stale = make_boot(started_at=t0 - 5 * H, heartbeat_at=t0 - 3 * H)
+    starved = make_schedule("starved", every=60, next_fire_at=t0 - H)
+    created_at(starved, t0 - 10 * H)
+    Schedule.objects.filter(pk=starved.pk).update(stuck_since=t0 - 7 * H, stuck_reason="busy")
+    make_run(starved, t0 - 2 * H, boot=stale, state=RunState.LOST, finished_at=t0 - H)
+    make_run(starved, t0 - 10 * MIN, boot=stale, state=RunState.CLAIMED)
+    broken = make_schedule("broken", every=60)
+    Schedule.objects.filter(pk=broken.pk).update(error="every: bad")
+    without_beat = {f.code for f in health.findings(t0)}
+    make_boot(started_at=t0 - H, heartbeat_at=t0 - 5 * S)  # beat back: now it starves
+    found = health.findings(t0)
+    assert {f.code for f in found} | without_beat == set(health.CODES) - {"database_unreachable"}
+    assert "no_beat" in without_beat and "overdue" not in without_beat
+    for f in found:
+        assert f.severity == health.SEVERITIES[f.code], f
+    assert [f.severity for f in found] == sorted((f.severity for f in found), reverse=True)
