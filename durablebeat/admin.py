@@ -52,6 +52,12 @@ def local(value: dt.datetime | None) -> str:
     return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
+def _instant(value: dt.datetime | None) -> str:
+    if value is None:
+        return "-"
+    return f"{local(value)} ({report.relative(value, clock.now())})"
+
+
 def _outcome(state: str) -> str:
     if not state:
         return "-"
@@ -139,16 +145,16 @@ class ScheduleAdmin(_ScheduleAdminBase):
         "schedule_in_words",
         "next_fire_detail",
         "next_fire_reason",
-        "last_fired_at",
-        "last_completed_at",
-        "last_failed_at",
+        "last_fired",
+        "last_completed",
+        "last_failed",
         "outcome",
         "stuck_detail",
         "error_detail",
         "source",
-        "removed_from_code_at",
-        "created_at",
-        "updated_at",
+        "removed_from_code",
+        "created",
+        "updated",
     )
     fieldsets = (
         (None, {"fields": ("name", "task", "description", "enabled")}),
@@ -213,6 +219,31 @@ class ScheduleAdmin(_ScheduleAdminBase):
         return format_html(
             "{} ({})", report.next_fire_words(obj, clock.now()), local(obj.next_fire_at)
         )
+
+    # Instants on the page read like the list's: "2026-03-02 12:04:00 UTC", and how long ago.
+    @admin.display(description="last fired")
+    def last_fired(self, obj: Schedule) -> str:
+        return _instant(obj.last_fired_at)
+
+    @admin.display(description="last completed")
+    def last_completed(self, obj: Schedule) -> str:
+        return _instant(obj.last_completed_at)
+
+    @admin.display(description="last failed")
+    def last_failed(self, obj: Schedule) -> str:
+        return _instant(obj.last_failed_at)
+
+    @admin.display(description="removed from code")
+    def removed_from_code(self, obj: Schedule) -> str:
+        return _instant(obj.removed_from_code_at)
+
+    @admin.display(description="created")
+    def created(self, obj: Schedule) -> str:
+        return _instant(obj.created_at)
+
+    @admin.display(description="updated")
+    def updated(self, obj: Schedule) -> str:
+        return _instant(obj.updated_at)
 
     @admin.display(description="last completion", ordering="last_completed_at")
     def last_completion(self, obj: Schedule) -> str:

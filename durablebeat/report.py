@@ -66,7 +66,7 @@ def relative(then: dt.datetime | None, now: dt.datetime, *, future: str = "in {}
     if then is None:
         return ""
     words = duration_words(then - now)
-    return future.format(words) if then >= now else f"{words} ago"
+    return future.format(words) if then > now else f"{words} ago"
 
 
 def next_fire_words(row: Schedule, now: dt.datetime) -> str:

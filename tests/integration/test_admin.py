@@ -384,6 +384,7 @@ def test_run_now_button_on_the_schedule_page(admin_client, make_schedule, sent):
     assert len(sent) == 1
     page = text(admin_client.get(change_url(row)))
     assert "Manual" in page and "Published" in page  # the recent runs on its page
+    assert "Created: 2026-03-02 12:00:00 UTC (0 s ago)" in page
 
 
 # --- permissions --------------------------------------------------------------------------
