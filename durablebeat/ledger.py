@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Coalesce
 
 from . import conf
@@ -137,23 +137,32 @@ DUE_FIELDS = (
 def fetch_due(
     now: dt.datetime, horizon: dt.datetime, limit: int, lock: bool = False
 ) -> list[Schedule]:
-    """One indexed query: what is due (or new) now, plus what comes due before ``horizon``.
+    """What is new (no next fire yet), then what is due now or before ``horizon``, in order.
+
+    Two probes of the partial index, not one ``OR``: an ``OR`` makes PostgreSQL use a
+    bitmap scan, which never marks the index entries of dead row versions as dead, so each
+    wake-up walked every slot fired since the last vacuum (idle cost growing with N). A
+    plain ordered index scan stops at ``limit`` and prunes them as it goes.
 
     ``lock`` (inside a transaction): take the rows with ``FOR UPDATE SKIP LOCKED`` on
     PostgreSQL, so that several beats on one burst each take a different batch instead of
     queueing behind one another's row locks (ignored where rows cannot be locked: SQLite
     serialises write transactions anyway)."""
-    query = (
-        Schedule.objects.filter(
-            Q(next_fire_at__lte=horizon) | Q(next_fire_at__isnull=True), enabled=True
-        )
-        .filter(error="")
-        .only(*DUE_FIELDS)
-        .order_by(F("next_fire_at").asc(nulls_first=True))
-    )
-    if lock:
-        query = query.select_for_update(skip_locked=True, of=("self",))
-    return list(query[:limit])
+    rows: list[Schedule] = []
+    for query in (
+        _due_rows().filter(next_fire_at__isnull=True).order_by("pk"),
+        _due_rows().filter(next_fire_at__lte=horizon).order_by("next_fire_at"),
+    ):
+        if len(rows) >= limit:
+            break
+        if lock:
+            query = query.select_for_update(skip_locked=True, of=("self",))
+        rows += query[: limit - len(rows)]
+    return rows
+
+
+def _due_rows() -> QuerySet[Schedule]:
+    return Schedule.objects.filter(enabled=True, error="").only(*DUE_FIELDS)
 
 
 def mark_bad(row: Schedule, message: str) -> None:
@@ -272,16 +281,108 @@ def claim(
             made = _claim_one(due, fire, boot_id, now, blocker)
             if made is not None:
                 claims[due.id] = _claim_of(made, due, fire, boot_id, message)
+        many = _claim_many_pg if connection.vendor == "postgresql" else _claim_many
         for chunk_start in range(0, len(bulk), BULK_CHUNK):
             chunk = bulk[chunk_start : chunk_start + BULK_CHUNK]
-            won = _cas_many([(d, f) for d, f, _ in chunk], now)
-            mine = [(d, f, m) for d, f, m in chunk if d.id in won]
-            for made, (due, fire, message) in zip(
-                _insert_runs([(d, f) for d, f, _ in mine], boot_id, now), mine, strict=True
-            ):
-                if made is not None:
-                    claims[due.id] = _claim_of(made, due, fire, boot_id, message)
+            won = many([(d, f) for d, f, _ in chunk], boot_id, now)
+            for due, fire, message in chunk:
+                if due.id in won:
+                    run_id, task_id = won[due.id]
+                    claims[due.id] = Claim(
+                        run_id, task_id, due.id, due.name, fire.slot, fire.reason, boot_id, message
+                    )
     return [claims[d.id] for d, _, _ in fires if d.id in claims]
+
+
+def _claim_many(
+    pairs: Sequence[tuple[Due, Fire]], boot_id: uuid.UUID, now: dt.datetime
+) -> dict[int, tuple[int | None, str]]:
+    """Compare-and-set, then insert the runs of the slots won: two statements. Returns
+    (run id, task id) by schedule id for the slots this beat now owns."""
+    won = _cas_many(pairs, now)
+    mine = [(d, f) for d, f in pairs if d.id in won]
+    return {
+        d.id: (run.pk, run.task_id or "")
+        for (d, _), run in zip(mine, _insert_runs(mine, boot_id, now), strict=True)
+        if run is not None
+    }
+
+
+def _claim_many_pg(
+    pairs: Sequence[tuple[Due, Fire]], boot_id: uuid.UUID, now: dt.datetime
+) -> dict[int, tuple[int | None, str]]:
+    """``_claim_many`` in one PostgreSQL statement: the compare-and-set ``UPDATE`` and the
+    runs' ``INSERT ... ON CONFLICT (schedule, slot) DO NOTHING`` as data-modifying CTEs,
+    the batch passed as six arrays. A slot moved on whose run already existed (fired
+    during an outage and reconciled) is not fired again, as in ``_insert_run``."""
+    if not pairs:
+        return {}
+    task_ids = [str(uuid.uuid4()) for _ in pairs]
+    schedule = connection.ops.quote_name(Schedule._meta.db_table)
+    run_table = connection.ops.quote_name(Run._meta.db_table)
+    per_slot = {"schedule_id": "v.sid", "slot": "v.slot", "reason": "v.reason"}
+    per_slot["task_id"] = "v.task_id"
+    per_batch = {"boot_id": boot_id, "state": RunState.CLAIMED, "claimed_at": now}
+    columns: list[str] = []
+    values: list[str] = []
+    insert_params: list[Any] = []
+    for f in Run._meta.concrete_fields:
+        if f.primary_key:
+            continue
+        columns.append(connection.ops.quote_name(f.column))
+        if f.attname in per_slot:
+            values.append(per_slot[f.attname])
+        else:  # every other column as Django would write it (defaults of later fields too)
+            values.append("%s")
+            value = per_batch.get(f.attname, f.get_default())
+            insert_params.append(f.get_db_prep_save(value, connection))
+    sql = f"""
+        WITH v AS (
+            SELECT * FROM unnest(
+                %s::bigint[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[],
+                %s::text[], %s::text[]
+            ) AS v(sid, was, nxt, slot, reason, task_id)
+        ), moved AS (
+            UPDATE {schedule} SET next_fire_at = v.nxt, next_fire_reason = %s,
+                last_fired_at = %s, stuck_since = NULL, stuck_reason = ''
+            FROM v WHERE {schedule}.id = v.sid AND {schedule}.next_fire_at = v.was
+            RETURNING {schedule}.id
+        ), ins AS (
+            INSERT INTO {run_table} ({", ".join(columns)})
+            SELECT {", ".join(values)} FROM moved JOIN v ON v.sid = moved.id
+            ON CONFLICT (schedule_id, slot) DO NOTHING
+            RETURNING id, schedule_id
+        )
+        SELECT moved.id, ins.id FROM moved LEFT JOIN ins ON ins.schedule_id = moved.id
+    """
+    params: list[Any] = [
+        [d.id for d, _ in pairs],
+        [d.next_fire_at for d, _ in pairs],
+        [f.next_fire_at for _, f in pairs],
+        [f.slot for _, f in pairs],
+        [f.reason for _, f in pairs],
+        task_ids,
+        Reason.SCHEDULED,
+        now,
+        *insert_params,
+    ]
+    task_of = {d.id: t for (d, _), t in zip(pairs, task_ids, strict=True)}
+    name_of = {d.id: (d.name, f.slot) for d, f in pairs}
+    won: dict[int, tuple[int | None, str]] = {}
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        for schedule_id, run_id in cur.fetchall():
+            if run_id is None:
+                name, slot = name_of[schedule_id]
+                logger.warning(
+                    "slot already has a run, not fired again: schedule=%s slot=%s",
+                    name,
+                    slot.isoformat(),
+                    extra={"event": "duplicate_prevented", "schedule": name},
+                )
+                continue
+            won[schedule_id] = (run_id, task_of[schedule_id])
+    return won
 
 
 #: most rows in one set-based statement (bounded by the database's parameter limits)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
 import time
 from typing import Any
 
@@ -58,11 +59,11 @@ class Listener:
             return False
         start = time.monotonic()
         try:
-            woken = any(True for _ in conn.notifies(timeout=timeout, stop_after=1))
-            if woken:  # several changes at once: one look at the database is enough
-                for _ in conn.notifies(timeout=0.0):
-                    pass
-            return woken
+            # select() itself, not the driver's wait: a signal (beat's SIGTERM) interrupts
+            # it at once, as it does Celery's own sleep.
+            ready, _, _ = select.select([conn.pgconn.socket], [], [], timeout)
+            # Every notification waiting now: several changes need one look at the database.
+            return bool(ready) and any([True for _ in conn.notifies(timeout=0.0)])
         except Exception as exc:  # the driver's errors are many; sleeping is always safe
             logger.warning(
                 "schedule change listener lost, polling every max_interval: %s",
