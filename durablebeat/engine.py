@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connection, transaction
 
-from . import clock, conf, ledger, recovery, timing
+from . import clock, conf, ledger, notify, recovery, timing
 from .codesync import CodeEntry
 from .codesync import sync as sync_code
 from .enums import Reason
@@ -105,6 +105,7 @@ class Engine:
         try:
             close_old_connections()
             connection.ensure_connection()
+            notify.mark_beat_session()  # this beat's own writes wake no beat
             ledger.register_boot(self.boot_id, self.hostname, self.pid, now)
             rows = sync_code(self.code_entries, now)
             self._reconcile_outage(now)

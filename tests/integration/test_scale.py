@@ -205,6 +205,23 @@ def test_a_beats_own_writes_wake_no_beat():
 
 
 @pytest.mark.postgres_only
+def test_an_engines_claims_wake_no_beat(make_engine, publisher, t0):
+    """A burst's own claims must not wake every beat after every batch."""
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    _many(5, t0)
+    listener = notify.Listener()
+    try:
+        assert listener.available()
+        make_engine().tick(t0)
+        assert len(publisher.claims) == 5
+        assert listener.wait(0.5) is False
+    finally:
+        listener.close()
+        connection.close()
+
+
+@pytest.mark.postgres_only
 def test_scheduler_wakes_from_its_sleep_when_a_schedule_is_edited(settings):
     if connection.vendor != "postgresql":
         pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
