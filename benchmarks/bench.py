@@ -103,10 +103,19 @@ def populate(n: int) -> None:
 
 
 def reset(due_at: dt.datetime | None = None, names: list[str] | None = None) -> None:
+    """Every schedule a month away again, runs gone, dead row versions vacuumed: each
+    measurement starts from the steady state, not from the last one's debris."""
+    from django.db import connection
+
     from durablebeat.models import Run, Schedule
 
     Run.objects.all().delete()
-    Schedule.objects.update(next_fire_at=now() + FAR, stuck_since=None, stuck_reason="")
+    Schedule.objects.filter(next_fire_at__lt=now() + FAR / 2).update(
+        next_fire_at=now() + FAR, stuck_since=None, stuck_reason=""
+    )
+    with connection.cursor() as cur:
+        cur.execute("VACUUM durablebeat_schedule")
+        cur.execute("VACUUM durablebeat_run")
     if due_at is not None:
         Schedule.objects.filter(name__in=names or []).update(next_fire_at=due_at)
 
@@ -115,23 +124,15 @@ def reset(due_at: dt.datetime | None = None, names: list[str] | None = None) -> 
 
 
 class Beat:
-    def __init__(self, label: str, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, label: str, scheduler: str = SCHEDULER) -> None:
         OUT.mkdir(parents=True, exist_ok=True)
         self.log = open(OUT / f"{label}.log", "ab")  # noqa: SIM115 - closed in stop()
-        env = dict(os.environ) | {"PYTHONUNBUFFERED": "1"} | (extra_env or {})
+        env = dict(os.environ) | {"PYTHONUNBUFFERED": "1"}
         self.started = time.monotonic()
+        args = ["beat", "-S", scheduler, "--loglevel", "WARNING", "--pidfile="]
+        args.append(f"--schedule={OUT / 'celerybeat-schedule'}")
         self.popen = subprocess.Popen(
-            [
-                CELERY,
-                "-A",
-                "project",
-                "beat",
-                "-S",
-                SCHEDULER,
-                "--loglevel",
-                "WARNING",
-                "--pidfile=",
-            ],
+            [CELERY, "-A", "project", *args],
             cwd=ROOT,
             env=env,
             stdout=self.log,
@@ -237,6 +238,16 @@ def restart_floor(r: Any) -> tuple[float, float]:
     return (seen or float("nan")) - start, float(done.stdout.strip())
 
 
+def celery_beat_rss() -> float:
+    """Peak RSS of celery's own beat (``PersistentScheduler``, nothing scheduled): what any
+    beat process costs."""
+    beat = Beat("celery-own-beat", "celery.beat:PersistentScheduler")
+    time.sleep(5)
+    rss = beat.peak_rss_mib()
+    beat.stop()
+    return rss
+
+
 def pg_stats() -> tuple[int, int]:
     """(transactions, rows read) of the bench database so far."""
     from django.db import connection
@@ -265,6 +276,7 @@ def measure_restart(r: Any, label: str) -> tuple[float, Beat]:
 
 def measure_idle(beat: Beat, window: float) -> tuple[float, float, float]:
     """Beat CPU s per minute, database transactions/s and rows read/s while nothing is due."""
+    reset()
     time.sleep(3)
     x0, rows0 = pg_stats()
     c0 = beat.cpu_seconds()
@@ -323,7 +335,7 @@ def measure_burst(r: Any, n: int, lead: float) -> dict[str, float]:
         "lost": float(n - len(slots)),
         "runs": float(Run.objects.count()),
     }
-    Schedule.objects.update(next_fire_at=now() + FAR)
+    reset()
     r.flushdb()
     return result
 
@@ -383,7 +395,7 @@ def bench_n(r: Any, n: int, args: argparse.Namespace, floors: dict[str, list[flo
     row("burst duplicate slots", [b["duplicates"] for b in bursts])
     row("burst lost slots", [b["lost"] for b in bursts])
     rss = [beat.peak_rss_mib()]
-    row("beat peak RSS (MiB)", rss, ratio(rss, floors["rss"]))
+    row("beat peak RSS (MiB)", rss, ratio(rss, floors["beat_rss"]) + " (celery's own beat)")
     beat.stop()
     if n == args.beats_at:
         for k in args.beats:
@@ -420,18 +432,26 @@ def main() -> None:
         args.n, args.repeats, args.idle_window = [1000, 10000], 3, 20.0
     r = setup()
     print(f"durablebeat benchmark, {now():%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores")
-    floors: dict[str, list[float]] = {"send_task": [], "pg_write": [], "restart": [], "rss": []}
+    floors: dict[str, list[float]] = {
+        "send_task": [],
+        "pg_write": [],
+        "restart": [],
+        "rss": [],
+        "beat_rss": [],
+    }
     for _ in range(args.repeats):
         floors["send_task"].append(send_task_floor(r, min(max(args.n), 10000)))
         floors["pg_write"].append(pg_write_floor())
         took, rss = restart_floor(r)
         floors["restart"].append(took)
         floors["rss"].append(rss)
+        floors["beat_rss"].append(celery_beat_rss())
     print("\nfloors")
     row("send_task msgs/s, one process", floors["send_task"])
     row("PostgreSQL single-row writes/s", floors["pg_write"])
     row("fresh process -> one message (s)", floors["restart"])
     row("fresh process peak RSS (MiB)", floors["rss"])
+    row("celery's own beat peak RSS (MiB)", floors["beat_rss"])
     for n in args.n:
         bench_n(r, n, args, floors)
 
