@@ -355,9 +355,7 @@ def from_celery(schedule_: object, default_timezone: str) -> Spec:
         fields = {
             name: _field_text(name, getattr(schedule_, f"_orig_{name}")) for name, *_ in _FIELDS
         }
-        # django-celery-beat's TzAwareCrontab carries its own zone; plain crontab does not.
-        zone = _zone_name(getattr(schedule_, "tz", None)) or default_timezone
-        return Crontab(**fields, timezone=zone)
+        return Crontab(**fields, timezone=_own_zone(schedule_) or default_timezone)
     if isinstance(schedule_, schedule):
         # The stubs omit run_every; celery always sets it to a timedelta.
         return Interval(schedule_.run_every)  # type: ignore[attr-defined]
@@ -386,12 +384,24 @@ def _field_text(name: str, value: object) -> str:
     raise InvalidSchedule(name, f"cannot read {value!r}")
 
 
-def _zone_name(tz: object) -> str | None:
+def _own_zone(schedule_: crontab) -> str | None:
+    """The IANA name of a crontab's own zone (django-celery-beat's TzAwareCrontab), or None.
+
+    A plain crontab has none: its ``tz`` is a cached property that reads the current Celery
+    app's zone, so asking it would ignore ``default_timezone`` and reach for global state.
+    """
+    if type(schedule_) is crontab:
+        return None
+    tz = vars(schedule_).get("tz")  # set by TzAwareCrontab.__init__
+    if tz is None:
+        return None
+    if tz is UTC:
+        return "UTC"
     for attr in ("key", "zone"):  # zoneinfo, pytz
         name = getattr(tz, attr, None)
         if isinstance(name, str):
             return name
-    return "UTC" if tz is UTC else None
+    raise InvalidSchedule("timezone", f"{tz!r} is not an IANA time zone")
 
 
 def describe(spec: Spec) -> str:
