@@ -126,7 +126,7 @@ def reset(due_at: dt.datetime | None = None, names: list[str] | None = None) -> 
 class Beat:
     def __init__(self, label: str, scheduler: str = SCHEDULER) -> None:
         OUT.mkdir(parents=True, exist_ok=True)
-        self.log = open(OUT / f"{label}.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.log = open(OUT / f"{label}.log", "wb")  # noqa: SIM115 - closed in stop()
         env = dict(os.environ) | {"PYTHONUNBUFFERED": "1"}
         self.started = time.monotonic()
         args = ["beat", "-S", scheduler, "--loglevel", "WARNING", "--pidfile="]

@@ -522,15 +522,19 @@ def _insert_run(
 
 
 def claim_manual(row: Schedule, boot_id: uuid.UUID | None, now: dt.datetime) -> Claim:
-    """A "run now": a run through the same ledger, reason manual, no change to next fire."""
-    run = Run.objects.create(
-        schedule=row,
-        slot=now,
-        boot_id=boot_id,
-        reason=Reason.MANUAL,
-        claimed_at=now,
-        task_id=str(uuid.uuid4()),
-    )
+    """A "run now": a run through the same ledger, reason manual, no change to next fire.
+
+    The schedule's last fire moves (the admin and ``status`` show that it went out)."""
+    with transaction.atomic():
+        run = Run.objects.create(
+            schedule=row,
+            slot=now,
+            boot_id=boot_id,
+            reason=Reason.MANUAL,
+            claimed_at=now,
+            task_id=str(uuid.uuid4()),
+        )
+        Schedule.objects.filter(pk=row.pk).update(last_fired_at=now)
     return Claim(
         run.pk,
         run.task_id or "",

@@ -86,6 +86,10 @@ class Schedule(models.Model):
             models.Index(
                 fields=["next_fire_at"], condition=Q(enabled=True), name="durablebeat_due_idx"
             ),
+            # The boot-time code sync reads code-defined rows only, not every schedule (R6).
+            models.Index(
+                fields=["source"], condition=Q(source=Source.CODE), name="durablebeat_code_idx"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -6,7 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh || exit 1
 scripts/services.sh || exit 1
-scripts/browser.sh || exit 1
+scripts/system-tools.sh || exit 1
 PY=.venv/bin/python
 mkdir -p test-output
 

@@ -32,7 +32,10 @@ else:
     DATABASES = {"default": database_from_env(f"postgres://{PG_USER}@{PG_HOST}:5432/durablebeat")}
     DATABASES["default"]["TEST"] = {"NAME": f"test_durablebeat{TEST_SUFFIX}"}
 
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
+CELERY_BROKER_URL = os.environ.get(
+    "CELERY_BROKER_URL",
+    f"redis://127.0.0.1:6379/{os.environ.get('DURABLEBEAT_TEST_REDIS_DB', '15')}",
+)
 CELERY_BROKER_TRANSPORT_OPTIONS = {}
 CELERY_RESULT_BACKEND = "django-db"
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -43,7 +43,7 @@ class Proc:
         OUTPUT.mkdir(parents=True, exist_ok=True)
         self.name = name
         self.log_path = OUTPUT / f"{name}.log"
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.popen = subprocess.Popen(
             [CELERY, "-A", "project", *args],
             cwd=ROOT,

@@ -1,7 +1,7 @@
 """The admin in a real headless Chromium: log in, create a crontab schedule, see a bad
 field refused with its message, run it now and see the run in the history.
 
-Needs Debian's ``chromium`` and ``chromium-driver`` and Selenium (``scripts/browser.sh``
+Needs Debian's ``chromium`` and ``chromium-driver`` and Selenium (``scripts/system-tools.sh``
 installs them). Screenshots go to ``test-output/screenshots/`` (kept out of git).
 """
 
@@ -23,7 +23,7 @@ CHROMEDRIVER = shutil.which("chromedriver")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
 #: run now sends to the real broker; a queue of its own, removed afterwards
 QUEUE = f"durablebeat-browser-test{os.environ.get('DURABLEBEAT_TEST_SUFFIX', '')}"
-MISSING = "Chromium, chromedriver or Selenium is missing (scripts/browser.sh installs them)"
+MISSING = "Chromium, chromedriver or Selenium is missing (scripts/system-tools.sh installs them)"
 
 try:
     from selenium import webdriver
@@ -31,7 +31,7 @@ except ImportError:
     webdriver = None
 if CHROMIUM is None or CHROMEDRIVER is None or webdriver is None:
     if os.environ.get("CI"):
-        # CI runs scripts/browser.sh first: a skip there would hide a broken install.
+        # CI runs scripts/system-tools.sh first: a skip there would hide a broken install.
         pytest.fail(MISSING, pytrace=False)
     pytest.skip(MISSING, allow_module_level=True)
 from selenium.webdriver.chrome.service import Service  # noqa: E402

@@ -349,6 +349,7 @@ def test_run_now_action_fires_through_the_ledger_with_the_schedules_options(
     )
     row.refresh_from_db()
     assert row.next_fire_at == t0 + H  # a manual fire does not move the schedule
+    assert row.last_fired_at == run.claimed_at  # ... but it is the schedule's last fire
     assert f"Job: sent now (task id {claim.task_id})" in text(response)  # admin capitalises
 
 
