@@ -25,7 +25,16 @@ from django.views.decorators.http import require_POST
 from . import clock, conf, health, publishing, report
 from .enums import Reason, RunState, Source
 from .forms import CODE_OWNED_FIELDS, ScheduleForm, apply_edit_rules
-from .models import Boot, Incident, MissedSlots, Run, Schedule, WorkerHeartbeat
+from .models import (
+    MESSAGE_FIELDS,
+    POLICY_FIELDS,
+    Boot,
+    Incident,
+    MissedSlots,
+    Run,
+    Schedule,
+    WorkerHeartbeat,
+)
 
 logger = logging.getLogger("durablebeat")
 
@@ -177,19 +186,11 @@ class ScheduleAdmin(_ScheduleAdminBase):
         (
             "Message",
             {
-                "fields": (
-                    "args",
-                    "kwargs",
-                    "queue",
-                    "routing_key",
-                    "priority",
-                    "expire_seconds",
-                    "headers",
-                ),
+                "fields": MESSAGE_FIELDS,
                 "classes": ("collapse",),
             },
         ),
-        ("Policy", {"fields": ("startup_grace", "catch_up", "catch_up_window", "overlap")}),
+        ("Policy", {"fields": POLICY_FIELDS}),
         ("Status", {"fields": (*_status_fields, "recent_runs")}),
     )
 

@@ -19,7 +19,7 @@ from django.db.models import Q
 
 from . import timing
 from .enums import Overlap, Source
-from .models import Schedule
+from .models import MESSAGE_FIELDS, POLICY_FIELDS, Schedule
 from .validation import describe_errors, validate_schedule_fields
 
 logger = logging.getLogger("durablebeat")
@@ -192,21 +192,5 @@ def _update(row: Schedule, entry: CodeEntry, now: dt.datetime) -> None:
 
 
 def _owned_values(row: Schedule) -> tuple[Any, ...]:
-    return (
-        row.task,
-        row.args,
-        row.kwargs,
-        row.queue,
-        row.routing_key,
-        row.priority,
-        row.expire_seconds,
-        row.headers,
-        row.startup_grace,
-        row.catch_up,
-        row.catch_up_window,
-        row.overlap,
-        row.description,
-        row.source,
-        row.removed_from_code_at,
-        row.enabled,
-    )
+    names = ("task", *MESSAGE_FIELDS, *POLICY_FIELDS, "description")
+    return tuple(getattr(row, n) for n in (*names, "source", "removed_from_code_at", "enabled"))

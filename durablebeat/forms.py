@@ -17,56 +17,38 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.utils.dateparse import parse_duration as django_parse_duration
 
 from .enums import Reason
-from .models import Schedule
+from .models import MESSAGE_FIELDS, POLICY_FIELDS, TIMING_FIELDS, Schedule
 from .validation import known_task_names
-
-#: fields whose change means "a different schedule": beat recomputes the next fire (R6)
-TIMING_FIELDS = frozenset(
-    {
-        "kind",
-        "every",
-        "minute",
-        "hour",
-        "day_of_week",
-        "day_of_month",
-        "month_of_year",
-        "timezone",
-        "clocked_at",
-    }
-)
 
 #: fields a code-defined schedule takes from ``beat_schedule`` at every boot (codesync)
 CODE_OWNED_FIELDS = (
     "name",
     "task",
-    "args",
-    "kwargs",
-    "queue",
-    "routing_key",
-    "priority",
-    "expire_seconds",
-    "headers",
+    *MESSAGE_FIELDS,
     "description",
-    *sorted(TIMING_FIELDS),
-    "startup_grace",
-    "catch_up",
-    "catch_up_window",
-    "overlap",
+    *TIMING_FIELDS,
+    *POLICY_FIELDS,
 )
 
 
 class JSONTextField(forms.JSONField):
     """A JSON field whose error says what the parser found, and whose empty is ``[]``/``{}``."""
 
-    def __init__(self, *args: Any, empty: Any = None, **kwargs: Any) -> None:
+    def __init__(self, empty: type[list[Any]] | type[dict[str, Any]], help_text: str) -> None:
         self.empty = empty
-        super().__init__(*args, **kwargs)
+        # A declared field gets no initial from the model on an add form: the default is here.
+        super().__init__(
+            required=False,
+            initial=empty,
+            help_text=help_text,
+            widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        )
 
     def to_python(self, value: Any) -> Any:
         if self.disabled:
             return value
         if value in self.empty_values:
-            return self.empty() if callable(self.empty) else self.empty
+            return self.empty()
         if isinstance(value, list | dict | int | float):
             return value
         try:
@@ -136,28 +118,9 @@ else:  # Django's classes are generic for the type checker only
 
 
 class ScheduleForm(_ModelForm):
-    # A declared field gets no initial from the model on an add form: the default is here.
-    args = JSONTextField(
-        required=False,
-        empty=list,
-        initial=list,
-        help_text='JSON list, e.g. [1, "two"].',
-        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
-    )
-    kwargs = JSONTextField(
-        required=False,
-        empty=dict,
-        initial=dict,
-        help_text='JSON object, e.g. {"user_id": 7}.',
-        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
-    )
-    headers = JSONTextField(
-        required=False,
-        empty=dict,
-        initial=dict,
-        help_text="JSON object of extra message headers.",
-        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
-    )
+    args = JSONTextField(list, 'JSON list, e.g. [1, "two"].')
+    kwargs = JSONTextField(dict, 'JSON object, e.g. {"user_id": 7}.')
+    headers = JSONTextField(dict, "JSON object of extra message headers.")
     every = FlexibleDurationField(
         required=False, help_text="Interval schedules: 90s, 5m, 2h, 1d or HH:MM:SS."
     )
@@ -234,7 +197,7 @@ def apply_edit_rules(row: Schedule, changed: set[str], is_new: bool, now: dt.dat
     if "next_fire_at" in changed:
         row.next_fire_reason = Reason.SCHEDULED
         return notes
-    if changed & TIMING_FIELDS:
+    if changed & set(TIMING_FIELDS):
         row.next_fire_at = None
         row.next_fire_reason = Reason.SCHEDULED
         notes.append("Timing changed: beat computes the next fire afresh.")

@@ -20,7 +20,16 @@ from django.db.models.functions import Coalesce
 
 from . import conf
 from .enums import IN_FLIGHT_STATES, Overlap, Reason, RunState, Source
-from .models import Boot, Incident, MissedSlots, Run, Schedule
+from .models import (
+    MESSAGE_FIELDS,
+    POLICY_FIELDS,
+    TIMING_FIELDS,
+    Boot,
+    Incident,
+    MissedSlots,
+    Run,
+    Schedule,
+)
 from .policy import Defer, Due, Fire, Miss
 
 if TYPE_CHECKING:
@@ -108,27 +117,10 @@ DUE_FIELDS = (
     "id",
     "name",
     "task",
-    "args",
-    "kwargs",
-    "queue",
-    "routing_key",
-    "priority",
-    "expire_seconds",
-    "headers",
-    "kind",
-    "every",
-    "minute",
-    "hour",
-    "day_of_week",
-    "day_of_month",
-    "month_of_year",
-    "timezone",
-    "clocked_at",
+    *MESSAGE_FIELDS,
+    *TIMING_FIELDS,
     "source",
-    "startup_grace",
-    "catch_up",
-    "catch_up_window",
-    "overlap",
+    *POLICY_FIELDS,
     "next_fire_at",
     "next_fire_reason",
 )

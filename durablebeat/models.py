@@ -13,6 +13,33 @@ from django.db.models import Q
 from . import timing
 from .enums import Kind, Overlap, Reason, RunState, Source
 
+#: A schedule's fields by what they are about: the one place that names them together (the
+#: due query, the form, the admin and the code sync read these).
+#: what the published message carries besides the task name
+MESSAGE_FIELDS = (
+    "args",
+    "kwargs",
+    "queue",
+    "routing_key",
+    "priority",
+    "expire_seconds",
+    "headers",
+)
+#: when it fires: a change here means "a different schedule", beat recomputes the next fire (R6)
+TIMING_FIELDS = (
+    "kind",
+    "every",
+    "minute",
+    "hour",
+    "day_of_week",
+    "day_of_month",
+    "month_of_year",
+    "timezone",
+    "clocked_at",
+)
+#: what beat does at a restart, a missed slot or a fire while one runs (R2, R8, R14)
+POLICY_FIELDS = ("startup_grace", "catch_up", "catch_up_window", "overlap")
+
 #: timing's field names that differ from the model's
 _SPEC_FIELD_TO_MODEL = {"at": "clocked_at", "schedule": "kind"}
 
