@@ -69,15 +69,13 @@ def check_scheduler_configured(**kwargs: Any) -> list[checks.CheckMessage]:
 
 
 def check_code_schedules(**kwargs: Any) -> list[checks.CheckMessage]:
-    from .codesync import BadEntry, parse_beat_schedule
+    from .codesync import BadEntry, celery_timezone, parse_beat_schedule
 
     app = _celery_app()
     try:
         # Task names are checked when beat boots: importing task modules from inside a
         # system check would run the checks again (celery's Django fix-up).
-        parse_beat_schedule(
-            app.conf.beat_schedule or {}, str(app.conf.timezone or "UTC"), check_task=False
-        )
+        parse_beat_schedule(app.conf.beat_schedule or {}, celery_timezone(app), check_task=False)
     except BadEntry as exc:
         return [checks.Error(str(exc), id="durablebeat.E003")]
     return []

@@ -122,6 +122,20 @@ def parse_entry(
     return code
 
 
+def celery_timezone(app: Any) -> str:
+    """The zone Celery's own beat reads a plain ``crontab`` in: ``timezone`` when set, else
+    UTC (``enable_utc``, the default) or local time, which in a Django process is
+    ``TIME_ZONE`` (Django sets the process's ``TZ`` from it). Same zone, same slots when a
+    project switches from Celery's scheduler (R20)."""
+    if app.conf.timezone:
+        return str(app.conf.timezone)
+    if app.conf.enable_utc:
+        return "UTC"
+    from django.conf import settings
+
+    return str(settings.TIME_ZONE or "UTC")
+
+
 def parse_beat_schedule(
     beat_schedule: Mapping[str, Any], default_timezone: str, check_task: bool = True
 ) -> list[CodeEntry]:

@@ -14,7 +14,7 @@ from typing import Any
 from celery.beat import Scheduler
 
 from . import clock, conf, ledger, notify, publishing
-from .codesync import parse_beat_schedule
+from .codesync import celery_timezone, parse_beat_schedule
 from .engine import Engine
 
 logger = logging.getLogger("durablebeat")
@@ -40,10 +40,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         import django
 
         django.setup()
-        from django.conf import settings as django_settings
-
-        default_tz = str(self.app.conf.timezone or django_settings.TIME_ZONE or "UTC")
-        entries = parse_beat_schedule(self.app.conf.beat_schedule or {}, default_tz)
+        entries = parse_beat_schedule(self.app.conf.beat_schedule or {}, celery_timezone(self.app))
         from .hooks import default_hooks
 
         self._engine = Engine(code_entries=entries, publish=self._send, hooks=default_hooks())

@@ -76,3 +76,30 @@ def test_a_bad_beat_schedule_entry_is_e003_naming_it(monkeypatch):
     found = db_checks.check_code_schedules()
     assert _ids(found) == ["durablebeat.E003"]
     assert "broken-digest" in found[0].msg and "catchup" in found[0].msg
+
+
+@pytest.mark.parametrize(
+    ("conf", "expected"),
+    [
+        ({"timezone": "Asia/Tokyo"}, "Asia/Tokyo"),
+        ({"timezone": None, "enable_utc": True}, "UTC"),  # Celery's default
+        ({"timezone": None, "enable_utc": False}, "Europe/Berlin"),  # local = TIME_ZONE
+    ],
+)
+def test_a_plain_crontab_reads_in_the_zone_celerys_own_beat_uses(settings, conf, expected):
+    """R20: a project switching from Celery's scheduler keeps its slots. With no
+    CELERY_TIMEZONE, Celery reads a plain crontab in UTC, not in Django's TIME_ZONE."""
+    from celery import Celery
+
+    from durablebeat.codesync import celery_timezone, parse_beat_schedule
+
+    settings.TIME_ZONE = "Europe/Berlin"
+    other = Celery("tz-probe", set_as_current=False)
+    other.conf.update(conf)
+    assert celery_timezone(other) == expected
+    [entry] = parse_beat_schedule(
+        {"digest": {"task": "t", "schedule": crontab(hour=8, minute=0)}},
+        celery_timezone(other),
+        check_task=False,
+    )
+    assert entry.spec.timezone == expected
