@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
 
-from . import clock, conf, health, publishing, report
+from . import clock, conf, health, publishing, report, timing
 from .enums import Reason, RunState, Source
 from .forms import CODE_OWNED_FIELDS, ScheduleForm, apply_edit_rules
 from .models import (
@@ -384,6 +384,11 @@ class ScheduleAdmin(_ScheduleAdminBase):
             return
         try:
             claim = publishing.run_now(row)
+        except timing.InvalidSchedule as exc:  # stored around the form; nothing was written
+            self.message_user(
+                request, f"{row.name} was not run: fix it first ({exc}).", messages.ERROR
+            )
+            return
         except DatabaseError:
             raise  # not a broker problem: Django's error page says it better
         except Exception as exc:  # the broker's errors are many; say which one

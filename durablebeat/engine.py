@@ -214,12 +214,13 @@ class Engine:
                 continue
             try:
                 due = ledger.due_from_row(row)
+                message = ledger.Message.for_row(row)
                 action = decide(due, now, late_after, due.id in self.caught_up)
             except (timing.InvalidSchedule, ValueError) as exc:
                 self._bad_row(row, str(exc))
                 continue
             if isinstance(action, Fire):
-                fires.append((due, action, ledger.Message.for_row(row)))
+                fires.append((due, action, message))
             elif isinstance(action, Defer):
                 if ledger.apply_defer(due, action) and action.next_fire_at is not None:
                     wake = action.next_fire_at if wake is None else min(wake, action.next_fire_at)

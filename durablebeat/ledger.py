@@ -18,7 +18,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Coalesce
 
-from . import conf
+from . import conf, validation
 from .enums import IN_FLIGHT_STATES, Overlap, Reason, RunState, Source
 from .models import (
     MESSAGE_FIELDS,
@@ -51,6 +51,8 @@ class Message:
 
     @classmethod
     def for_row(cls, row: Schedule) -> Message:
+        """Raises ``timing.InvalidSchedule`` when a stored JSON field has the wrong shape."""
+        validation.check_message_shapes(row)
         options: dict[str, Any] = {}
         if row.queue:
             options["queue"] = row.queue
@@ -517,6 +519,7 @@ def claim_manual(row: Schedule, boot_id: uuid.UUID | None, now: dt.datetime) -> 
     """A "run now": a run through the same ledger, reason manual, no change to next fire.
 
     The schedule's last fire moves (the admin and ``status`` show that it went out)."""
+    message = Message.for_row(row)  # a bad row is refused before anything is written
     with transaction.atomic():
         run = Run.objects.create(
             schedule=row,
@@ -535,7 +538,7 @@ def claim_manual(row: Schedule, boot_id: uuid.UUID | None, now: dt.datetime) -> 
         now,
         Reason.MANUAL,
         boot_id or uuid.UUID(int=0),
-        Message.for_row(row),
+        message,
     )
 
 

@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import conf, ledger
+from . import conf, ledger, timing
 from .enums import Reason
 
 if TYPE_CHECKING:
@@ -135,6 +135,11 @@ def resend_in_doubt(engine: Engine, now: dt.datetime) -> None:
                 extra={"event": "missed", "schedule": schedule.name},
             )
             continue
+        try:
+            message = ledger.Message.for_row(schedule)
+        except timing.InvalidSchedule as exc:
+            engine._bad_row(schedule, str(exc))
+            continue  # settled once the row is fixed, inside its window
         if not ledger.take_over(run.pk, old_boot, engine.boot_id):
             continue  # another beat took it
         claim = ledger.Claim(
@@ -145,7 +150,7 @@ def resend_in_doubt(engine: Engine, now: dt.datetime) -> None:
             run.slot,
             Reason.REPUBLISH,
             engine.boot_id,
-            ledger.Message.for_row(schedule),
+            message,
         )
         if engine.try_publish(claim, now) is None:
             ledger.mark_published([run.pk], now)

@@ -374,6 +374,15 @@ def test_run_now_refuses_a_bad_row(admin_client, make_schedule, sent):
     assert sent == [] and not Run.objects.exists()
 
 
+def test_run_now_refuses_a_row_broken_behind_the_form(admin_client, make_schedule, sent):
+    """R20: kwargs stored around the form (SQL, a fixture) are refused, nothing written."""
+    row = make_schedule("job", every=60)
+    Schedule.objects.filter(pk=row.pk).update(kwargs=[1])
+    response = act(admin_client, "run_now", row)
+    assert "was not run: fix it first (kwargs: must be a JSON object" in text(response)
+    assert sent == [] and not Run.objects.exists()
+
+
 def test_run_now_button_on_the_schedule_page(admin_client, make_schedule, sent):
     row = make_schedule("job", every=60)
     page = admin_client.get(change_url(row)).content.decode()

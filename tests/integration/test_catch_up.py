@@ -96,6 +96,20 @@ def test_in_doubt_delivery_slot_is_resent_once_only_after_the_settle_time(
     assert len(publisher.claims) == 1
 
 
+def test_in_doubt_slot_of_a_row_broken_since_is_set_aside_not_a_crash(
+    make_engine, make_schedule, publisher, t0
+):
+    """R9 with R20: the row's kwargs were broken behind the form after the claim; the tick
+    marks the row bad and goes on, and the slot stays in doubt until the row is fixed."""
+    row = minutely(make_schedule, "digest", True, t0 + 30 * M)
+    run = _dead_boot_claim(row, t0)
+    Schedule.objects.filter(pk=row.pk).update(kwargs=[1])
+    make_engine().tick(t0 + 10 * M)
+    assert publisher.claims == []
+    assert Schedule.objects.get(pk=row.pk).error.startswith("kwargs:")
+    assert Run.objects.get(pk=run.pk).state == RunState.CLAIMED
+
+
 def test_in_doubt_housekeeping_slot_is_recorded_missed_not_resent(
     make_engine, make_schedule, publisher, t0
 ):

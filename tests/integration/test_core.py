@@ -168,17 +168,28 @@ def test_schedule_removed_from_code_is_disabled_with_history_kept(make_engine, p
     assert Schedule.objects.get().enabled
 
 
+@pytest.mark.parametrize(
+    ("broken", "field"),
+    [
+        ({"kind": "crontab", "minute": "61"}, "minute"),
+        ({"kwargs": [1]}, "kwargs"),
+        ({"args": {"a": 1}}, "args"),
+        ({"headers": []}, "headers"),
+    ],
+)
 def test_bad_row_is_skipped_with_its_error_and_others_keep_firing(
-    make_engine, make_schedule, publisher, t0
+    make_engine, make_schedule, publisher, t0, broken, field
 ):
-    """R20: a row broken behind the model's back does not stop the other schedules."""
+    """R20: a row broken behind the model's back (its timing, or the JSON its message is
+    built from) is set aside with its error and does not stop the other schedules."""
     make_schedule("good", every=20, next_fire_at=t0)
     bad = make_schedule("bad", every=20, next_fire_at=t0 - S)
-    Schedule.objects.filter(pk=bad.pk).update(kind="crontab", minute="61")
+    Schedule.objects.filter(pk=bad.pk).update(**broken)
     engine = make_engine()
     engine.tick(t0)
     assert publisher.slots("good") == [t0]
-    assert "minute" in Schedule.objects.get(name="bad").error
+    assert publisher.slots("bad") == []
+    assert Schedule.objects.get(name="bad").error.startswith(f"{field}:")
     engine.tick(t0 + 20 * S)
     assert publisher.slots("good") == [t0, t0 + 20 * S]
 
