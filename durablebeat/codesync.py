@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import transaction
 from django.db.models import Q
 
@@ -83,6 +83,10 @@ def parse_entry(
         raise BadEntry(f"{where}: unknown keys {sorted(unknown)}")
     if not entry.get("task"):
         raise BadEntry(f"{where}: 'task' is required")
+    if entry.get("relative"):
+        # Celery's ``relative=True`` rounds the first run to the interval's unit; durablebeat
+        # keeps every interval on its stored grid (R1-R3), so the flag cannot be honoured.
+        raise BadEntry(f"{where}: relative=True is not supported (intervals keep their grid)")
     try:
         spec = timing.from_celery(entry.get("schedule"), default_timezone)
     except timing.InvalidSchedule as exc:
@@ -117,7 +121,14 @@ def parse_entry(
         raise BadEntry(f"{where}: overlap must be one of {Overlap.values}, got {code.overlap!r}")
     row = Schedule(name=name)
     code.apply_to(row)
-    if errors := validate_schedule_fields(row, check_task=check_task):
+    errors = validate_schedule_fields(row, check_task=check_task)
+    try:
+        # The model's own field checks too (priority a number in range, lengths), so that
+        # a bad option fails the boot naming the entry rather than the row's save.
+        row.clean_fields(exclude=set(errors))
+    except ValidationError as exc:
+        errors |= {f: " ".join(msgs) for f, msgs in exc.message_dict.items()}
+    if errors:
         raise BadEntry(f"{where}: {describe_errors(errors)}")
     return code
 

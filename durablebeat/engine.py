@@ -107,7 +107,7 @@ class Engine:
             connection.ensure_connection()
             notify.mark_beat_session()  # this beat's own writes wake no beat
             ledger.register_boot(self.boot_id, self.hostname, self.pid, now)
-            rows = sync_code(self.code_entries, now)
+            sync_code(self.code_entries, now)
             self._reconcile_outage(now)
         except DatabaseError as exc:
             connection.close()
@@ -126,10 +126,7 @@ class Engine:
             return
         self._db_failures = 0
         self.db_ok, self.booted, self._last_heartbeat = True, True, now
-        self.plan = {
-            name: _Planned(e, rows[name].next_fire_at, rows[name].next_fire_reason)
-            for name, e in ((e.name, e) for e in self.code_entries)
-        }
+        self.plan = {e.name: _Planned(e, None) for e in self.code_entries}
         self._refresh_plan()
         logger.info(
             "beat boot %s on %s:%d: database reachable, %d code schedules synced",
@@ -335,18 +332,22 @@ class Engine:
         ledger.mark_bad(row, message)
 
     def _refresh_plan(self) -> None:
-        """Keep the memory of code schedules close to the database, for an outage."""
+        """Keep the memory of code schedules close to the database, for an outage: a
+        schedule disabled or set aside as bad there is not fired from memory either."""
         from .models import Schedule
 
         stored = Schedule.objects.filter(name__in=list(self.plan)).values_list(
-            "name", "next_fire_at", "next_fire_reason"
+            "name", "next_fire_at", "next_fire_reason", "enabled", "error"
         )
-        for name, next_fire_at, reason in stored:
-            self.plan[name].next_fire_at, self.plan[name].reason = next_fire_at, reason
+        for name, next_fire_at, reason, enabled, error in stored:
+            planned = self.plan[name]
+            planned.next_fire_at = next_fire_at if enabled and not error else None
+            planned.reason = reason
 
     def _reconcile_outage(self, now: dt.datetime) -> None:
         done = 0
-        for f in self.outage_fires:
+        while self.outage_fires:
+            f = self.outage_fires[0]
             ledger.reconcile_outage_fire(
                 f.schedule,
                 f.slot,
@@ -357,6 +358,7 @@ class Engine:
                 self.boot_id,
                 now,
             )
+            self.outage_fires.pop(0)  # written: not again if the database drops mid-way
             done += 1
         if done:
             logger.info(
@@ -364,11 +366,9 @@ class Engine:
                 done,
                 extra={"event": "outage_reconciled", "count": done},
             )
-        # Code schedules fired from memory: their next fire moves on in the database too.
-        for name, planned in self.plan.items():
-            if planned.next_fire_at is not None:
-                ledger.advance_to_at_least(name, planned.next_fire_at, planned.reason)
-        self.outage_fires.clear()
+        # Each fire moved its schedule's next fire on (never back); a schedule that did not
+        # fire keeps what is stored, even when memory planned a grace at a boot without the
+        # database.
 
     # --- without the database ----------------------------------------------------------
 

@@ -603,13 +603,6 @@ def reconcile_outage_fire(
     return True
 
 
-def advance_to_at_least(name: str, next_fire_at: dt.datetime, reason: str) -> None:
-    """After an outage: a schedule fired from memory never moves back in the database."""
-    Schedule.objects.filter(
-        Q(next_fire_at__lt=next_fire_at) | Q(next_fire_at__isnull=True), name=name, enabled=True
-    ).update(next_fire_at=next_fire_at, next_fire_reason=reason)
-
-
 def mark_missed(run_ids: Sequence[int], detail: str, now: dt.datetime) -> None:
     """A claimed slot that could not go out while it was worth sending."""
     Run.objects.filter(pk__in=list(run_ids), state=RunState.CLAIMED).update(

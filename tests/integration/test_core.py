@@ -168,6 +168,59 @@ def test_schedule_removed_from_code_is_disabled_with_history_kept(make_engine, p
     assert Schedule.objects.get().enabled
 
 
+def test_during_a_database_outage_disabled_and_bad_code_schedules_stay_silent(
+    make_engine, publisher, t0, monkeypatch
+):
+    """R5 fires code schedules from memory while the database is down; that memory follows
+    what the database said last: a schedule disabled or set aside as bad there is not fired."""
+    from django.db import OperationalError
+
+    from durablebeat import ledger
+
+    code = {name: EVERY_20["job"] for name in ("on", "off", "bad")}
+    engine = make_engine(code)
+    engine.tick(t0)  # boot: each first fire at t0 + startup grace
+    Schedule.objects.filter(name="off").update(enabled=False)
+    Schedule.objects.filter(name="bad").update(error="every: broken")
+    engine.tick(t0 + 10 * S)  # a heartbeat: the memory is refreshed from the database
+
+    def down(*args, **kwargs):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(ledger, "fetch_due", down)
+    monkeypatch.setattr(ledger, "register_boot", down)
+    for k in range(11, 100):
+        engine.tick(t0 + k * S)
+    assert not engine.db_ok
+    assert {c.schedule for c in publisher.claims} == {"on"}
+
+
+def test_a_boot_without_the_database_does_not_push_back_a_stored_next_fire(
+    make_engine, publisher, t0, monkeypatch
+):
+    """R1 with R5: a beat that boots while the database is down plans a startup grace in
+    memory; when the database answers before that plan fired, the stored next fire holds."""
+    from django.db import OperationalError
+
+    from durablebeat import ledger
+
+    make_engine(EVERY_20).tick(t0)
+    stored = Schedule.objects.get().next_fire_at  # t0 + startup grace
+
+    def down(*args, **kwargs):
+        raise OperationalError("connection refused")
+
+    engine = make_engine(EVERY_20)
+    with monkeypatch.context() as m:
+        m.setattr(ledger, "register_boot", down)
+        engine.tick(t0 + 30 * S)  # boots from code: memory plans t0 + 30 s + grace
+    assert not engine.db_ok
+    engine.tick(t0 + 32 * S)  # the database answers again
+    assert engine.db_ok and Schedule.objects.get().next_fire_at == stored
+    engine.tick(stored)
+    assert publisher.slots("job") == [stored]
+
+
 @pytest.mark.parametrize(
     ("broken", "field"),
     [
@@ -219,6 +272,24 @@ def test_bad_code_entry_fails_the_boot_naming_the_entry(make_engine):
         make_engine({"broken": {"task": "tests.e2eapp.tasks.record", "schedule": -5}})
     with pytest.raises(BadEntry, match=r"'typo'.*no\.such\.task"):
         make_engine({"typo": {"task": "no.such.task", "schedule": 5}})
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"options": {"priority": "high"}}, r"priority: .high. value must be an integer"),
+        ({"options": {"priority": -1}}, "priority: Ensure this value is greater than"),
+        ({"options": {"queue": "q" * 201}}, "queue: Ensure this value has at most 200"),
+        ({"relative": True}, "relative=True is not supported"),
+    ],
+)
+def test_code_entry_refused_by_the_models_own_checks_names_the_entry(make_engine, extra, words):
+    """R20: what the row's save would refuse fails the boot naming the entry and the field,
+    instead of an error from deep inside the sync."""
+    entry = {"task": "tests.e2eapp.tasks.record", "schedule": 5, **extra}
+    with pytest.raises(BadEntry, match=rf"beat_schedule\['odd'\]: {words}"):
+        make_engine({"odd": entry})
+    assert not Schedule.objects.exists()
 
 
 def test_due_query_uses_the_partial_index_on_postgres():
