@@ -69,6 +69,12 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
     def _send(self, claim: ledger.Claim) -> None:
         publishing.send(self.app, claim, producer=self.producer)
 
+    def _ensure_connected(self) -> Any:
+        """One try, not ``broker_connection_max_retries`` (100, with back-off: beat held
+        for most of an hour by a broker that is down at its first publish). The claim is
+        kept and retried by the engine while the slot is worth sending (R5, recovery)."""
+        return self.connection.ensure_connection(max_retries=0)
+
     def sync(self) -> None:
         """Nothing to write: every change is written when it happens."""
 

@@ -32,6 +32,44 @@ def test_close_may_be_called_twice_after_a_tick():
     scheduler.close()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_broker_down_at_the_first_publish_does_not_hold_the_beat_loop(make_schedule):
+    """R5: beat's first publish meets a broker that is not there. Celery's own connect
+    would retry ``broker_connection_max_retries`` times with back-off (most of an hour);
+    here the tick returns and the claim is kept to be retried."""
+    import datetime as dt
+    import socket
+    import threading
+
+    from celery import Celery
+    from django.db import connections
+
+    from durablebeat import clock
+    from durablebeat.enums import RunState
+    from durablebeat.models import Run
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    down = Celery("down", broker=f"redis://127.0.0.1:{port}/0", set_as_current=False)
+    make_schedule("job", every=60, next_fire_at=clock.now() - dt.timedelta(seconds=1))
+    scheduler = DurableScheduler(down)
+    ticked = threading.Event()
+
+    def tick() -> None:
+        try:
+            scheduler.tick()
+            ticked.set()
+        finally:
+            connections.close_all()  # this thread's own database connection
+
+    threading.Thread(target=tick, daemon=True).start()
+    assert ticked.wait(60), "the beat loop is held by the broker connect"
+    scheduler.close()
+    assert Run.objects.get().state == RunState.CLAIMED
+    assert scheduler.engine.retries.next_wake() is not None
+
+
 def test_max_interval_is_bounded_by_the_setting(settings):
     settings.DURABLEBEAT_MAX_INTERVAL = 2
     assert DurableScheduler(app, lazy=True, max_interval=300).max_interval == 2
