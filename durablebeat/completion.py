@@ -13,7 +13,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 
 from .enums import RunState
@@ -69,7 +69,7 @@ def start(event: Started) -> bool:
 def finish(event: Finished) -> bool:
     """Record a completion and move the schedule's last outcome (R11, R12).
 
-    ``last_completed_at`` moves on every succeeded run, however late; a failure moves
+    ``last_completed_at`` moves on every succeeded run, however late (never back); a failure moves
     ``last_failed_at`` and never ``last_completed_at``.
     """
     state = RunState.SUCCEEDED if event.succeeded else RunState.FAILED
@@ -87,10 +87,15 @@ def finish(event: Finished) -> bool:
         schedule_id = runs.values_list("schedule_id", flat=True).first()
         if schedule_id is None or not runs.update(**changes):
             return False
-        if event.succeeded:
-            outcome = {"last_completed_at": event.at, "last_outcome": state}
-        else:
-            outcome = {"last_failed_at": event.at, "last_outcome": state}
         # Only updated fields: a save() would clear the row's error and touch the rest.
-        Schedule.objects.filter(pk=schedule_id).update(**outcome)
+        # A late reconciliation older than what is recorded moves no time back, and does
+        # not overwrite the outcome of a newer completion.
+        mark = "last_completed_at" if event.succeeded else "last_failed_at"
+        row = Schedule.objects.filter(pk=schedule_id)
+        row.filter(Q(**{f"{mark}__isnull": True}) | Q(**{f"{mark}__lt": event.at})).update(
+            **{mark: event.at}
+        )
+        row.exclude(last_completed_at__gt=event.at).exclude(last_failed_at__gt=event.at).update(
+            last_outcome=state
+        )
     return True

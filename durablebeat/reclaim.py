@@ -129,8 +129,21 @@ def take_turn(now: dt.datetime, every: dt.timedelta) -> dt.datetime | None:
 
 
 def run_round(now: dt.datetime, boot_id: uuid.UUID | None) -> tuple[int, int]:
-    """Reconcile, then reclaim; returns (runs reconciled, runs reclaimed)."""
-    done = reconcile_results(now), reclaim(now, boot_id)
+    """Reconcile, then reclaim; returns (runs reconciled, runs reclaimed).
+
+    A result backend that fails does not hold up the reclaim: a completion it reports
+    later still overrides lost (R11; lost runs are looked up again for a while)."""
+    try:
+        reconciled = reconcile_results(now)
+    except DatabaseError:
+        raise  # our own database: the engine falls back to memory
+    except Exception:
+        logger.exception(
+            "result backend reconciliation failed; the reclaim goes on",
+            extra={"event": "reconcile_failed"},
+        )
+        reconciled = 0
+    done = reconciled, reclaim(now, boot_id)
     # A run of a forgotten worker reads as "no liveness row": still evidence of death.
     WorkerHeartbeat.objects.filter(seen_at__lt=now - FORGET_WORKERS_AFTER).delete()
     return done
@@ -157,9 +170,22 @@ def reconcile_results(now: dt.datetime, app: Any = None) -> int:
         .order_by("claimed_at")
         .values_list("task_id", flat=True)[:ROUND_LIMIT]
     )
-    done = 0
+    done = failed = 0
     for task_id in task_ids:
-        event = _finished_from_backend(backend, task_id, now)
+        try:
+            event = _finished_from_backend(backend, task_id, now)
+        except DatabaseError:
+            raise
+        except Exception as exc:  # one result the backend cannot give must not stop the rest
+            failed += 1
+            if failed == 1:
+                logger.warning(
+                    "result backend lookup failed task_id=%s: %s",
+                    task_id,
+                    exc,
+                    extra={"event": "reconcile_lookup_failed", "task_id": task_id},
+                )
+            continue
         if event is not None and completion.finish(event):
             done += 1
             logger.info(

@@ -83,6 +83,22 @@ def test_late_success_moves_last_completed_at_however_late(flight, job, t0):
     assert job.last_completed_at == late
 
 
+def test_an_older_completion_reported_late_moves_no_time_back(flight, job, t0):
+    """R11: the run of slot t0 is reconciled after the run of slot t0 + 60 s finished; the
+    run is recorded, the schedule keeps its newer completion and outcome."""
+    old, new = flight(slot=t0), flight(slot=t0 + 60 * S)
+    assert _finish(new, t0 + 70 * S)
+    assert _finish(old, t0 + 30 * S, ok=False, error="RuntimeError: boom")
+    job.refresh_from_db()
+    assert (job.last_completed_at, job.last_outcome) == (t0 + 70 * S, RunState.SUCCEEDED)
+    assert job.last_failed_at == t0 + 30 * S  # the first failure seen is still a failure
+    assert Run.objects.get(pk=old.pk).state == RunState.FAILED
+    older = flight(slot=t0 - 60 * S)
+    assert _finish(older, t0 - 50 * S)
+    job.refresh_from_db()
+    assert (job.last_completed_at, job.last_outcome) == (t0 + 70 * S, RunState.SUCCEEDED)
+
+
 def test_completion_after_lost_wins(flight, t0):
     run = flight(RunState.LOST, finished_at=t0 + 200 * S, detail="reclaimed: worker silent")
     assert _finish(run, t0 + 300 * S)
@@ -171,6 +187,38 @@ def test_a_run_with_recent_worker_news_is_not_looked_up(flight, t0, settings):
     app.backend.mark_as_done(run.task_id, "ok")
     assert reclaim.reconcile_results(t0 + 200 * S, app) == 0
     assert reclaim.reconcile_results(t0 + 301 * S, app) == 1
+
+
+def test_a_result_the_backend_cannot_give_stops_neither_the_others_nor_the_reclaim(
+    flight, t0, monkeypatch, caplog
+):
+    """R13 then R15: one lookup that raises (a result the backend cannot decode) leaves the
+    other runs reconciled; a backend that fails altogether does not hold up the reclaim."""
+    broken = flight(RunState.STARTED, slot=t0 - 60 * S, started_at=t0 - 60 * S, worker="w1@host")
+    done = flight(RunState.STARTED, started_at=t0, worker="w1@host", worker_pid=10)
+    app.backend.mark_as_done(done.task_id, "ok")
+    real = app.backend.get_task_meta
+
+    def meta(task_id, *args, **kwargs):
+        if task_id == broken.task_id:
+            raise ValueError("cannot decode the stored result")
+        return real(task_id, *args, **kwargs)
+
+    monkeypatch.setattr(app.backend, "get_task_meta", meta)
+    now = t0 + dt.timedelta(hours=1)  # w1 has no liveness row: its runs are orphans
+    with caplog.at_level(logging.WARNING, logger="durablebeat"):
+        assert reclaim.run_round(now, None) == (1, 1)
+    assert Run.objects.get(pk=done.pk).state == RunState.SUCCEEDED
+    assert Run.objects.get(pk=broken.pk).state == RunState.LOST
+    assert "reconcile_lookup_failed" in [r.event for r in caplog.records]
+
+    def down(*args, **kwargs):
+        raise ConnectionError("Error 111 connecting to the result backend")
+
+    monkeypatch.setattr(reclaim, "reconcile_results", down)
+    orphan = flight(RunState.STARTED, slot=t0 + 60 * S, started_at=t0, worker="w1@host")
+    assert reclaim.run_round(now + dt.timedelta(hours=1), None) == (0, 1)
+    assert Run.objects.get(pk=orphan.pk).state == RunState.LOST
 
 
 # --- reclaim (R15) ---------------------------------------------------------------------------
