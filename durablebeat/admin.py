@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db import DatabaseError
+from django.db import DatabaseError, models
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -24,7 +24,7 @@ from django.views.decorators.http import require_POST
 
 from . import clock, conf, health, publishing, report, timing
 from .enums import Reason, RunState, Source
-from .forms import CODE_OWNED_FIELDS, ScheduleForm, apply_edit_rules
+from .forms import CODE_OWNED_FIELDS, ScheduleForm, ShownToTheSecondField, apply_edit_rules
 from .models import (
     MESSAGE_FIELDS,
     POLICY_FIELDS,
@@ -149,6 +149,7 @@ class ScheduleAdmin(_ScheduleAdminBase):
     )
     search_fields = ("name", "task", "description")
     actions = ("enable", "disable", "run_now", "reset_next_fire")
+    formfield_overrides = {models.DateTimeField: {"form_class": ShownToTheSecondField}}
     save_on_top = True
     _status_fields = (
         "schedule_in_words",

@@ -111,6 +111,16 @@ class TaskNameInput(forms.TextInput):
         return context
 
 
+class ShownToTheSecondField(forms.SplitDateTimeField):
+    """The admin shows a time to the second, the database keeps microseconds (beat writes
+    ``now + grace``). A time shown and sent back as it was is not an edit."""
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        if isinstance(initial, dt.datetime):
+            initial = initial.replace(microsecond=0)
+        return bool(super().has_changed(initial, data))
+
+
 if TYPE_CHECKING:
     _ModelForm = forms.ModelForm[Schedule]
 else:  # Django's classes are generic for the type checker only
@@ -147,6 +157,15 @@ class ScheduleForm(_ModelForm):
             "task": TaskNameInput(attrs={"size": 60}),
             "description": forms.Textarea(attrs={"rows": 2, "cols": 60}),
         }
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        for name, field in self.fields.items():
+            if isinstance(field, ShownToTheSecondField) and name not in self.changed_data:
+                # Keep what is stored, to the microsecond: the page's truncated copy would
+                # move a next fire and read as an edit of it.
+                cleaned[name] = getattr(self.instance, name)
+        return cleaned
 
     def _update_errors(self, errors: ValidationError) -> None:
         """Model validation names model fields; a field not on this form (read-only, e.g.

@@ -227,18 +227,21 @@ def test_interval_accepts_human_durations(admin_client):
 
 
 def test_timing_change_resets_next_fire_other_edits_keep_it(admin_client, make_schedule, t0):
+    """The page shows the next fire to the second; beat stores microseconds (now + grace).
+    Sent back as shown, it is not an edit: the stored value stays exactly."""
+    stored = t0 + H + dt.timedelta(microseconds=123456)
     row = make_schedule(
         "digest",
         kind="crontab",
         minute="0",
         hour="8",
         timezone="Europe/Berlin",
-        next_fire_at=t0 + H,
+        next_fire_at=stored,
     )
     as_shown = {"day_of_week": "*", "next_fire_at_0": "2026-03-02", "next_fire_at_1": "13:00:00"}
     admin_client.post(change_url(row), form_data(description="edited", **as_shown))
     row.refresh_from_db()
-    assert (row.description, row.next_fire_at) == ("edited", t0 + H)
+    assert (row.description, row.next_fire_at) == ("edited", stored)
     admin_client.post(change_url(row), form_data(description="edited", minute="30", **as_shown))
     row.refresh_from_db()
     assert (row.minute, row.next_fire_at) == ("30", None)
