@@ -67,6 +67,8 @@ class Engine:
     plan: dict[str, _Planned] = field(default_factory=dict)
     outage_fires: list[_OutageFire] = field(default_factory=list)
     retries: recovery.Retries = field(default_factory=recovery.Retries)
+    #: when ``recovery.resend_in_doubt`` last looked for in-doubt claims
+    in_doubt_looked_at: dt.datetime | None = None
     _last_db_try: dt.datetime | None = None
     _last_heartbeat: dt.datetime | None = None
     _db_failures: int = 0

@@ -109,10 +109,10 @@ def give_up_at(
 
 def resend_in_doubt(engine: Engine, now: dt.datetime) -> None:
     """R9, a loop hook: settle the claims that dead boots left without a confirmed publish."""
-    last = getattr(engine, "_last_in_doubt", None)
+    last = engine.in_doubt_looked_at
     if last is not None and now - last < IN_DOUBT_EVERY:
         return
-    engine._last_in_doubt = now  # type: ignore[attr-defined]
+    engine.in_doubt_looked_at = now
     s = conf.settings
     stale_before = now - s.HEARTBEAT_STALE_AFTER
     for run in ledger.in_doubt_runs(engine.boot_id, stale_before):

@@ -75,11 +75,41 @@ def test_one_off_allowance_is_one():
     assert report.allowed_fires(timing.Clocked(T0 - H), T0 - 48 * H, T0) == 1
 
 
-def test_slots_since_stops_at_the_limit():
-    assert health.slots_since(timing.Interval(MIN), T0 - DAY, T0, 3) == 3
-    assert health.slots_since(timing.Interval(H), T0 - 150 * MIN, T0, 3) == 2
-    assert health.slots_since(timing.Crontab(minute="0"), T0 - 150 * MIN, T0, 3) == 3
-    assert health.slots_since(timing.Crontab(minute="0"), T0, T0 - H, 3) == 0
+def _slots_after(spec, since, until):
+    """Brute force: the slots in (since, until], one minute (interval: one step) at a time."""
+    if isinstance(spec, timing.Interval):
+        return int((until - since) / spec.every) if until > since else 0
+    return len(list(timing.slots_between(spec, since, until)))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        timing.Interval(MIN),
+        timing.Interval(H),
+        timing.Interval(90 * MIN),
+        timing.Crontab(minute="0"),
+        timing.Crontab(minute="30", hour="8", timezone="Europe/Berlin"),
+        timing.Crontab(minute="0", hour="9", day_of_week="mon", timezone="America/New_York"),
+        timing.Crontab(minute="15", hour="2", timezone="Europe/Berlin"),  # a DST gap slot
+    ],
+)
+def test_no_success_bound_matches_counting_the_slots(spec):
+    """``since < bound`` exactly when (since, until] holds 3 slots, for every minute of
+    the ten days before ``until`` (which straddle no DST change in Berlin or New York;
+    the timing tests cover those)."""
+    until = T0
+    bound = health.no_success_bound(spec, until, 3)
+    since = until - 10 * DAY
+    while since <= until:
+        assert (since < bound) == (_slots_after(spec, since, until) >= 3), since
+        since += MIN if since > bound - 2 * H else 17 * MIN
+
+
+def test_no_success_bound_of_rare_and_one_off_slots():
+    assert health.no_success_bound(timing.Clocked(T0 - H), T0, 3) is None
+    leap = timing.Crontab(minute="0", hour="0", day_of_month="29", month_of_year="2")
+    assert health.no_success_bound(leap, T0, 3) == dt.datetime(2016, 2, 29, tzinfo=dt.UTC)
 
 
 def finding(code, severity):
