@@ -52,7 +52,10 @@ _main_pid: int | None = None
 
 
 def is_ours(task: Any) -> bool:
-    request = getattr(task, "request", None)
+    return _is_ours_request(getattr(task, "request", None))
+
+
+def _is_ours_request(request: Any) -> bool:
     if request is None:
         return False
     if getattr(request, MARK, None):
@@ -133,6 +136,30 @@ def on_postrun(
         error=error,
     )
     _guarded("the completion", task_id, lambda: completion.finish(event))
+
+
+def on_revoked(
+    sender: Any = None,
+    request: Any = None,
+    terminated: bool = False,
+    signum: Any = None,
+    expired: bool = False,
+    **_: Any,
+) -> None:
+    """A message the worker dropped (past its ``expires``) or a task revoked: no body ran,
+    or it was killed. Failed, with why, rather than published for ever, which would hold an
+    ``overlap=skip`` schedule (R11, R14)."""
+    if not _is_ours_request(request):
+        return
+    task_id = str(getattr(request, "id", "") or "")
+    if expired:
+        why = "expired before a worker started it (the schedule's expires option)"
+    elif terminated:
+        why = f"terminated by signal {signum}"
+    else:
+        why = "revoked before it started"
+    event = completion.Finished(task_id, clock.now(), succeeded=False, error=f"REVOKED: {why}")
+    _guarded("the revoke", task_id, lambda: completion.finish(event))
 
 
 def _watch_soft_limit(tracked: _Tracked) -> None:
@@ -216,6 +243,7 @@ def connect() -> None:
     for sig, receiver in (
         (signals.task_prerun, on_prerun),
         (signals.task_postrun, on_postrun),
+        (signals.task_revoked, on_revoked),
         (signals.worker_ready, on_worker_ready),
         (signals.worker_shutdown, on_worker_shutdown),
         (signals.worker_init, on_worker_init),

@@ -45,6 +45,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DURABLEBEAT_MAX_INTERVAL = float(os.environ.get("DURABLEBEAT_MAX_INTERVAL", "1"))
 DURABLEBEAT_HEARTBEAT_INTERVAL = float(os.environ.get("DURABLEBEAT_HEARTBEAT_INTERVAL", "2"))
 DURABLEBEAT_DB_RETRY_INTERVAL = float(os.environ.get("DURABLEBEAT_DB_RETRY_INTERVAL", "1"))
+DURABLEBEAT_RESULT_RECONCILE = os.environ.get("DURABLEBEAT_RESULT_RECONCILE", "1") == "1"
 for _name in (
     "GC_INTERVAL",
     "WORKER_HEARTBEAT_INTERVAL",
@@ -60,7 +61,8 @@ for _name in (
 
 
 def _beat_schedule_from_env(raw: str) -> dict:
-    """{"name": {"task": ..., "every": 20 | "cron": "m h dow dom moy", ...options}}."""
+    """{"name": {"task": ..., "every": 20 | "cron": "m h dow dom moy", "options": {...},
+    "durablebeat": {...}}}."""
     schedule = {}
     for name, e in json.loads(raw).items():
         if "every" in e:
@@ -73,7 +75,7 @@ def _beat_schedule_from_env(raw: str) -> dict:
             "schedule": timing,
             "args": e.get("args", []),
             "kwargs": e.get("kwargs", {}),
-            "options": {"durablebeat": e.get("durablebeat", {})},
+            "options": {**e.get("options", {}), "durablebeat": e.get("durablebeat", {})},
         }
     return schedule
 

@@ -195,3 +195,32 @@ def test_long_task_on_a_live_worker_is_never_reclaimed(cluster: Cluster):
     # start: a reclaim that ignored the worker's liveness would have taken the run.
     assert rounds_while_running, "no reclaim round ran while the long task was running"
     assert WorkerHeartbeat.objects.filter(worker=run.worker, pid=run.worker_pid).exists()
+
+
+def test_a_message_that_expired_in_the_queue_fails_the_run_it_does_not_hold_it(
+    cluster: Cluster,
+):
+    """R11/R14: no worker was up while the slot's message waited past its ``expires``; the
+    worker that comes up drops it. The run ends failed with why (from the worker's revoke
+    signal: result reconciliation is off here), not published for ever, which would hold
+    this ``overlap=skip`` schedule."""
+    from durablebeat import clock
+
+    cluster.settings = {"DURABLEBEAT_RESULT_RECONCILE": "0"}
+    cluster.beat_schedule = {
+        "expiring": {**_once("record"), "options": {"expires": 2}},
+    }
+    cluster.beat()
+    run = wait_until(
+        lambda: Run.objects.filter(schedule__name="expiring", state=RunState.PUBLISHED).first(),
+        30,
+        what="the run published",
+    )
+    wait_until(lambda: clock.now() > run.published_at + dt.timedelta(seconds=3), 10, what="expiry")
+    worker = cluster.worker(concurrency=1)
+    wait_until(lambda: "ready" in worker.log(), 60, what="worker ready")
+    failed = wait_until(lambda: _final("expiring"), 30, what="the run final")
+    assert failed.state == RunState.FAILED
+    assert "expired" in failed.error
+    assert not Execution.objects.filter(schedule="expiring").exists()
+    assert Schedule.objects.get(name="expiring").last_failed_at == failed.finished_at
