@@ -29,6 +29,12 @@ from .policy import Defer, Due, Fire, Miss, decide
 logger = logging.getLogger("durablebeat")
 
 Publisher = Callable[[ledger.Claim], None]
+#: a context in which publishes are buffered and sent together on a clean exit (kombu's
+#: ``Producer.batch``); its exit raises when the buffered messages could not be sent
+PublishBatch = Callable[[], contextlib.AbstractContextManager[Any]]
+#: claims published per batch: the first message of a burst waits for this many, the
+#: broker sees one round trip for them
+PUBLISH_GROUP = 200
 #: hooks run by the loop while the database answers, e.g. orphan reclaim (R15)
 Hook = Callable[["Engine", dt.datetime], None]
 
@@ -56,6 +62,7 @@ class _OutageFire:
 class Engine:
     code_entries: list[CodeEntry]
     publish: Publisher
+    publish_batch: PublishBatch = contextlib.nullcontext
     boot_id: uuid.UUID = field(default_factory=uuid.uuid4)
     hostname: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
@@ -263,33 +270,71 @@ class Engine:
         claims: list[ledger.Claim],
         now: dt.datetime,
     ) -> None:
-        """Publish what was claimed, after commit (R3); one write confirms the whole batch."""
+        """Publish what was claimed, after commit (R3), ``PUBLISH_GROUP`` claims per broker
+        round trip; one write confirms what went out."""
         by_id = {due.id: (due, fire) for due, fire, _ in fires}
         for due, fire in by_id.values():
             if fire.reason == Reason.CATCH_UP:
                 self.caught_up.add(due.id)
+        for claim in claims:
+            if claim.schedule in self.plan:
+                self.plan[claim.schedule].next_fire_at = by_id[claim.schedule_id or 0][
+                    1
+                ].next_fire_at
         published: list[int] = []
         error: str | None = None
-        for claim in claims:
-            due, fire = by_id[claim.schedule_id or 0]
-            if claim.schedule in self.plan:
-                self.plan[claim.schedule].next_fire_at = fire.next_fire_at
+        for start in range(0, len(claims), PUBLISH_GROUP):
+            group = claims[start : start + PUBLISH_GROUP]
+            sent: list[ledger.Claim] = []
             if error is None:
-                error = self.try_publish(claim, now)
-                if error is None:
-                    if claim.run_id is not None:
-                        published.append(claim.run_id)
-                    continue
-            # The broker refused one: keep this and the rest claimed and retry them
-            # while they are worth sending (recovery.Retries), instead of dropping them.
-            give_up = recovery.give_up_at(
-                fire.slot, fire.next_fire_at, due.catch_up, due.catch_up_window
-            )
-            self.retries.add(claim, give_up, now, error)
+                sent, error = self._send_group(group)
+            for claim in group[len(sent) :]:
+                # Not sent (the broker refused it, or one before it): keep it claimed and
+                # retry while it is worth sending (recovery.Retries) instead of dropping it.
+                due, fire = by_id[claim.schedule_id or 0]
+                give_up = recovery.give_up_at(
+                    fire.slot, fire.next_fire_at, due.catch_up, due.catch_up_window
+                )
+                self.retries.add(claim, give_up, now, error or "not sent")
+            for claim in sent:
+                self._log_fire(claim)
+                if claim.run_id is not None:
+                    published.append(claim.run_id)
         ledger.mark_published(published, now)
+
+    def _send_group(self, group: list[ledger.Claim]) -> tuple[list[ledger.Claim], str | None]:
+        """Send claims in one batch; returns those sent, and the error that stopped the
+        rest. A batch whose sending failed counts as not sent: it is retried (kombu cannot
+        say which of its messages the broker took)."""
+        sent: list[ledger.Claim] = []
+        error: str | None = None
+        try:
+            with self.publish_batch():
+                for claim in group:
+                    error = self._send(claim)
+                    if error is not None:
+                        break
+                    sent.append(claim)
+        except Exception as exc:  # the batch's send at its exit
+            cause = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
+            error = f"{type(exc).__name__}: {exc}{cause}"
+            logger.error(
+                "publish of a batch of %d failed: %s",
+                len(sent),
+                error,
+                extra={"event": "publish_failed", "count": len(sent)},
+            )
+            sent = []
+        return sent, error
 
     def try_publish(self, claim: ledger.Claim, now: dt.datetime) -> str | None:
         """Publish one claim; the broker's error as text, or None when it went out."""
+        error = self._send(claim)
+        if error is None:
+            self._log_fire(claim)
+        return error
+
+    def _send(self, claim: ledger.Claim) -> str | None:
         try:
             self.publish(claim)
         except Exception as exc:  # the broker's errors are many; beat must not die of any
@@ -301,6 +346,10 @@ class Engine:
                 extra={"event": "publish_failed", "schedule": claim.schedule},
             )
             return f"{type(exc).__name__}: {exc}"
+        return None
+
+    @staticmethod
+    def _log_fire(claim: ledger.Claim) -> None:
         logger.info(
             "fire schedule=%s slot=%s reason=%s boot=%s task_id=%s",
             claim.schedule,
@@ -316,7 +365,6 @@ class Engine:
                 "boot": str(claim.boot_id),
             },
         )
-        return None
 
     def _bad_row(self, row: object, message: str) -> None:
         from .models import Schedule

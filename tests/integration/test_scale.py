@@ -7,6 +7,7 @@ one batch never firing a slot twice, and a schedule change waking beat on Postgr
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import threading
 import time
@@ -265,3 +266,103 @@ def test_without_listen_beat_sleeps_at_most_max_interval(settings):
         assert scheduler.engine.db_ok
     finally:
         scheduler.close()
+
+
+# --- publishing in batches to the real broker -------------------------------------------------
+
+
+@pytest.fixture
+def broker(settings):
+    import redis
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client.flushdb()
+    yield client
+    client.flushdb()
+
+
+def _queued(broker) -> list[tuple[str, str]]:
+    import json
+
+    messages = [json.loads(m) for m in broker.lrange("celery", 0, -1)]
+    return [
+        (m["headers"]["durablebeat_schedule"], m["headers"]["durablebeat_slot"]) for m in messages
+    ]
+
+
+@dataclasses.dataclass
+class Flushes:
+    """What each of kombu's Redis publish batches sent (its command count), in order;
+    exceptions in ``fail`` make the next sends fail, as a broker connection reset would."""
+
+    sizes: list[int] = dataclasses.field(default_factory=list)
+    fail: list[Exception] = dataclasses.field(default_factory=list)
+
+
+@pytest.fixture
+def flushes(monkeypatch) -> Flushes:
+    from kombu.transport import redis as kombu_redis
+
+    real = kombu_redis.PublishBatch.flush
+    seen = Flushes()
+
+    def flush(self):
+        if self._buffered and seen.fail:
+            self._buffered = 0
+            self.pipeline.reset()
+            raise seen.fail.pop(0)
+        if self._buffered:
+            seen.sizes.append(self._buffered)
+        return real(self)
+
+    monkeypatch.setattr(kombu_redis.PublishBatch, "flush", flush)
+    return seen
+
+
+def test_a_burst_goes_to_the_broker_in_batches_each_slot_once(broker, flushes):
+    """A burst is published PUBLISH_GROUP messages per Redis round trip (kombu's publish
+    batch), only after its claims committed (R3), each slot once (R4)."""
+    from durablebeat import clock
+    from durablebeat.engine import PUBLISH_GROUP
+    from durablebeat.schedulers import DurableScheduler
+    from project.celery import app
+
+    n = 2 * PUBLISH_GROUP + 50
+    _many(n, clock.now() - S)
+    scheduler = DurableScheduler(app)
+    try:
+        scheduler.tick()
+    finally:
+        scheduler.close()
+    queued = _queued(broker)
+    assert len(queued) == len(set(queued)) == n
+    assert Run.objects.filter(state="published").count() == n
+    assert flushes.sizes == [PUBLISH_GROUP, PUBLISH_GROUP, 50]
+
+
+def test_a_batch_the_broker_did_not_take_is_retried_not_dropped(broker, flushes):
+    """R5: the first batch's send fails (delivery uncertain, so counted as not sent); it and
+    the rest stay claimed, and the retry sends each slot once."""
+    import redis
+
+    from durablebeat import clock
+    from durablebeat.engine import PUBLISH_GROUP
+    from durablebeat.schedulers import DurableScheduler
+    from project.celery import app
+
+    n = PUBLISH_GROUP + 10
+    _many(n, clock.now() - S)
+    flushes.fail.append(redis.ConnectionError("Connection reset by peer"))
+    scheduler = DurableScheduler(app)
+    try:
+        scheduler.tick()
+        assert _queued(broker) == []
+        assert Run.objects.filter(state="claimed").count() == n
+        retry_at = scheduler.engine.retries.next_wake()
+        assert retry_at is not None
+        scheduler.engine.tick(retry_at)
+    finally:
+        scheduler.close()
+    queued = _queued(broker)
+    assert len(queued) == len(set(queued)) == n
+    assert Run.objects.filter(state="published").count() == n
