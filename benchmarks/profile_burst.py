@@ -1,15 +1,18 @@
 """Where the time goes per fire: one burst of N due slots through ``Engine.tick`` in this
 process, with celery's real ``send_task`` on Redis, under cProfile.
 
-    .venv/bin/python -m benchmarks.profile_burst -n 10000 [--top 30]
+    .venv/bin/python -m benchmarks.profile_burst -n 10000 [--top 30] [--no-batch]
 
-Prints wall time split into claim (database) and publish (broker) per batch, then the
-functions with the most cumulative time. Uses the benchmark's database and Redis db.
+Prints wall time split into publish (broker) and everything else, the ``send_task`` floor
+measured in the same process just before, then the functions with the most cumulative
+time. Publishes through kombu's publish batch as beat does (``--no-batch``: one
+``send_task`` round trip per message). Uses the benchmark's database and Redis db.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import datetime as dt
 import pstats
@@ -17,7 +20,7 @@ import time
 import uuid
 from typing import Any
 
-from benchmarks.bench import QUEUE, now, populate, setup
+from benchmarks.bench import QUEUE, now, populate, send_task_floor, setup
 
 
 def main() -> None:
@@ -25,14 +28,16 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=10000)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--no-profile", action="store_true", help="the split alone, exact")
+    parser.add_argument("--no-batch", action="store_true", help="one round trip per message")
     args = parser.parse_args()
     r = setup()
     from durablebeat import ledger, publishing
-    from durablebeat.engine import Engine
+    from durablebeat.engine import PUBLISH_GROUP, Engine
     from durablebeat.models import Schedule
     from project.celery import app
 
     populate(args.n)
+    floor = send_task_floor(r, 3000)
     r.flushdb()
     timings: dict[str, float] = {"publish": 0.0}
     with app.producer_or_acquire() as producer:
@@ -42,7 +47,12 @@ def main() -> None:
             publishing.send(app, claim, producer=producer)
             timings["publish"] += time.perf_counter() - start
 
-        engine = Engine(code_entries=[], publish=publish, boot_id=uuid.uuid4())
+        def batch() -> Any:
+            if args.no_batch:
+                return contextlib.nullcontext()
+            return producer.batch(max_size=10 * PUBLISH_GROUP)
+
+        engine = Engine(code_entries=[], publish=publish, publish_batch=batch, boot_id=uuid.uuid4())
         engine.tick(now())  # boot
         due = now()
         Schedule.objects.update(next_fire_at=due)
@@ -59,8 +69,11 @@ def main() -> None:
         wall = time.perf_counter() - start
     sent = r.llen(QUEUE)
     r.flushdb()
-    print(f"{sent} messages in {wall:.2f} s ({sent / wall:.0f}/s), {ticks + 1} ticks")
-    print(f"  publish (send_task): {timings['publish']:.2f} s")
+    rate = sent / wall
+    print(f"{sent} messages in {wall:.2f} s ({rate:.0f}/s), {ticks + 1} ticks")
+    print(f"  send_task floor: {floor:.0f}/s; this burst {rate / floor:.2f}x the floor")
+    what = "send_task" if args.no_batch else "send_task into the batch, without its sends"
+    print(f"  publish ({what}): {timings['publish']:.2f} s")
     print(f"  everything else:     {wall - timings['publish']:.2f} s")
     if not args.no_profile:
         stats: Any = pstats.Stats(profile)
