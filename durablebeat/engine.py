@@ -277,10 +277,9 @@ class Engine:
             if fire.reason == Reason.CATCH_UP:
                 self.caught_up.add(due.id)
         for claim in claims:
-            if claim.schedule in self.plan:
-                self.plan[claim.schedule].next_fire_at = by_id[claim.schedule_id or 0][
-                    1
-                ].next_fire_at
+            planned = self.plan.get(claim.schedule)
+            if planned is not None:
+                planned.next_fire_at = by_id[claim.schedule_id or 0][1].next_fire_at
         published: list[int] = []
         error: str | None = None
         for start in range(0, len(claims), PUBLISH_GROUP):
