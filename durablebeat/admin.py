@@ -351,6 +351,8 @@ class ScheduleAdmin(_ScheduleAdminBase):
         queryset.filter(enabled=False, next_fire_at__lt=now).update(
             next_fire_at=None, next_fire_reason=Reason.SCHEDULED
         )
+        # check's no_success counts a re-enabled schedule's periods from now.
+        queryset.filter(enabled=False).update(enabled_at=now)
         n = queryset.update(enabled=True, error="")
         self._log_action(request, "enable", queryset)
         self.message_user(request, f"{n} schedule(s) enabled.", messages.SUCCESS)

@@ -211,6 +211,8 @@ def _update(row: Schedule, entry: CodeEntry, now: dt.datetime) -> None:
             extra={"event": "code_timing_changed", "schedule": row.name},
         )
     if row.source != Source.CODE or row.removed_from_code_at is not None:
+        if not row.enabled:
+            row.enabled_at = now  # back in code: its periods count from now
         row.source, row.removed_from_code_at, row.enabled = Source.CODE, None, True
     if timing_changed or before != _owned_values(row) or row.error:
         row.save()

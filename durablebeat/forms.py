@@ -196,6 +196,8 @@ def apply_edit_rules(row: Schedule, changed: set[str], is_new: bool, now: dt.dat
     notes: list[str] = []
     if is_new:
         return notes
+    if "enabled" in changed and row.enabled:
+        row.enabled_at = now  # check's no_success counts its periods from here
     if "next_fire_at" in changed:
         row.next_fire_reason = Reason.SCHEDULED
         return notes

@@ -240,8 +240,9 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
     """A schedule with no succeeded run over its last ``NO_SUCCESS_PERIODS`` slots.
 
     Counted from its last success (or, never having succeeded, from its creation plus the
-    startup grace) up to ``now - OVERDUE_TOLERANCE`` so that a run of the latest slot has
-    time to finish. It catches a job that fails every time, and one whose next fire keeps
+    startup grace; never from before it was last enabled again, plus the grace) up to
+    ``now - OVERDUE_TOLERANCE`` so that a run of the latest slot has time to finish. It
+    catches a job that fails every time, and one whose next fire keeps
     moving away (the restart-starvation story) although nothing looks overdue.
 
     The schedule math runs once per distinct timing, not per row: with one schedule per
@@ -255,9 +256,11 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
     rows = (
         _active()
         .exclude(kind=Kind.CLOCKED)
-        .values_list("pk", "last_completed_at", "created_at", "startup_grace", *TIMING_FIELDS)
+        .values_list(
+            "pk", "last_completed_at", "created_at", "enabled_at", "startup_grace", *TIMING_FIELDS
+        )
     )
-    for pk, completed, created, grace, *timing_values in rows.iterator(chunk_size=5000):
+    for pk, completed, created, enabled, grace, *timing_values in rows.iterator(chunk_size=5000):
         key = tuple(timing_values)
         if key not in bounds:
             try:
@@ -266,7 +269,10 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
                 spec = None  # bad_row's business
             bounds[key] = None if spec is None else no_success_bound(spec, until, periods)
         bound = bounds[key]
-        since = completed if completed is not None else created + (grace or s.STARTUP_GRACE)
+        grace = grace or s.STARTUP_GRACE
+        since = completed if completed is not None else created + grace
+        if enabled is not None:
+            since = max(since, enabled + grace)  # enabled again: its periods start over
         if bound is not None and since < bound:
             failing.append(pk)
     findings = []

@@ -71,6 +71,12 @@ class Schedule(models.Model):
     clocked_at = models.DateTimeField(null=True, blank=True, help_text="One-off schedules.")
 
     enabled = models.BooleanField(default=True)
+    enabled_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="When it was last enabled again; check's no_success counts from here.",
+    )
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.DATABASE)
     removed_from_code_at = models.DateTimeField(null=True, blank=True, editable=False)
 

@@ -297,6 +297,10 @@ def test_code_defined_schedule_timing_is_read_only(admin_client, make_schedule, 
     row.refresh_from_db()
     assert (row.enabled, row.minute) == (False, "0")
     assert row.next_fire_at == t0 + H
+    shown = {"next_fire_at_0": "2026-03-02", "next_fire_at_1": "13:00:00"}
+    admin_client.post(change_url(row), {"enabled": "on", **shown})
+    row.refresh_from_db()
+    assert (row.enabled, row.enabled_at) == (True, t0)  # check counts its periods from now
 
 
 # --- actions ------------------------------------------------------------------------------
@@ -315,7 +319,9 @@ def test_enable_and_disable(admin_client, make_schedule, t0):
     assert (row.enabled, row.next_fire_at) == (False, t0 + MIN)
     act(admin_client, "enable", row)
     row.refresh_from_db()
-    assert (row.enabled, row.next_fire_at) == (True, t0 + MIN)
+    assert (row.enabled, row.next_fire_at, row.enabled_at) == (True, t0 + MIN, t0)
+    act(admin_client, "enable", row)  # already enabled: not enabled "again"
+    assert Schedule.objects.get(pk=row.pk).enabled_at == t0
 
 
 def test_enable_recomputes_a_next_fire_that_passed_while_disabled(admin_client, make_schedule, t0):

@@ -165,7 +165,8 @@ def test_schedule_removed_from_code_is_disabled_with_history_kept(make_engine, p
     assert (row.enabled, row.removed_from_code_at) == (False, t0 + 70 * S)
     assert Run.objects.count() == 1
     make_engine(EVERY_20).tick(t0 + 100 * S)  # back in code: enabled again
-    assert Schedule.objects.get().enabled
+    row = Schedule.objects.get()
+    assert (row.enabled, row.enabled_at) == (True, t0 + 100 * S)
 
 
 def test_during_a_database_outage_disabled_and_bad_code_schedules_stay_silent(

@@ -221,6 +221,20 @@ def test_new_schedule_is_not_flagged_before_its_periods_pass(alive, make_schedul
     assert codes(t0) == []
 
 
+def test_a_schedule_enabled_again_counts_its_periods_from_then(
+    alive, make_schedule, created_at, t0
+):
+    """Disabled for weeks, then enabled again (admin, form or code): no warning for its old
+    silence, one once it has again gone its periods without a success."""
+    row = make_schedule("hourly", every=3600, next_fire_at=t0 + H)
+    created_at(row, t0 - 30 * 24 * H)
+    Schedule.objects.filter(pk=row.pk).update(last_completed_at=t0 - 20 * 24 * H)
+    assert codes(t0) == ["no_success"]
+    Schedule.objects.filter(pk=row.pk).update(enabled_at=t0)
+    assert health.find_no_success(t0 + 10 * MIN) == []
+    assert len(health.find_no_success(t0 + 5 * H)) == 1
+
+
 def test_crontab_no_success_counts_its_slots(alive, make_schedule, created_at, t0):
     row = make_schedule("hourly", kind="crontab", minute="0", next_fire_at=t0 + H)
     created_at(row, t0 - 10 * H)
