@@ -35,6 +35,9 @@ PublishBatch = Callable[[], contextlib.AbstractContextManager[Any]]
 #: claims published per batch: the first message of a burst waits for this many, the
 #: broker sees one round trip for them
 PUBLISH_GROUP = 200
+#: the first batch of a burst (then ``DURABLEBEAT_BATCH_SIZE``): its slots wait for one
+#: small claim instead of a thousand
+FIRST_BATCH = 50
 #: hooks run by the loop while the database answers, e.g. orphan reclaim (R15)
 Hook = Callable[["Engine", dt.datetime], None]
 
@@ -170,13 +173,16 @@ class Engine:
         for hook in self.hooks:
             hook(self, now)
         horizon = now + dt.timedelta(seconds=s.MAX_INTERVAL)
+        # A burst starts with a small batch, so that its first slots go out at once, and
+        # goes on in full ones.
+        limit = s.BATCH_SIZE if self._backlog_since is not None else min(s.BATCH_SIZE, FIRST_BATCH)
         fires: list[tuple[Due, Fire, ledger.Message]] = []
         claims: list[ledger.Claim] = []
         try:
             # One transaction per batch: the due rows are read (and, on PostgreSQL, locked:
             # another beat takes the next batch), decided, and the whole batch claimed.
             with transaction.atomic():
-                rows = ledger.fetch_due(now, horizon, s.BATCH_SIZE, lock=True)
+                rows = ledger.fetch_due(now, horizon, limit, lock=True)
                 wake = self._decide(rows, now, fires)
                 if fires:
                     claims = ledger.claim(fires, self.boot_id, now)
@@ -188,7 +194,9 @@ class Engine:
             return 0.0
         if fires:
             self._publish(fires, claims, now)
-        if len(rows) >= s.BATCH_SIZE:
+        if len(rows) >= limit and (rows[-1].next_fire_at is None or rows[-1].next_fire_at <= now):
+            # A full batch of due slots: there may be more behind it. (A full batch whose
+            # last row is still to come is not a backlog: beat sleeps until its first.)
             self._backlog_since = self._backlog_since or now
             return 0.0
         self._backlog_since = None

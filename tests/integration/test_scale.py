@@ -61,12 +61,30 @@ def test_many_due_slots_in_one_second_are_each_claimed_once_in_batches(
     assert len(slots) == len(set(slots)) == 1000
     assert Run.objects.filter(slot=t0, state="published").count() == 1000
     assert not Schedule.objects.filter(next_fire_at__lte=t0).exists()  # R3: all advanced
-    # Batched: a few statements per batch of 400 (SQLite splits the insert in chunks of
-    # 999 parameters), not two per slot and a savepoint.
-    assert ticks == 3
+    # Batched: a first batch of 50 (its slots go out at once), then batches of 400, with a
+    # few statements each (SQLite splits the insert in chunks of 999 parameters), not two
+    # per slot and a savepoint.
+    assert ticks == 4
     control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE")
     statements = [q["sql"][:80] for q in queries if not q["sql"].startswith(control)]
     assert len(statements) <= 1000 // 20, statements
+
+
+def test_a_burst_a_few_seconds_ahead_is_slept_until_not_polled(
+    make_engine, publisher, settings, t0
+):
+    """More slots due in 3 s than one batch holds: beat sleeps until they are due instead of
+    re-reading them in a loop (and does not take them for a backlog)."""
+    from durablebeat.engine import FIRST_BATCH
+
+    settings.DURABLEBEAT_MAX_INTERVAL = 5
+    _many(FIRST_BATCH + 10, t0 + 3 * S)
+    engine = make_engine()
+    engine.tick(t0 - S)  # boot
+    assert engine.tick(t0) == pytest.approx(3.0)
+    assert publisher.claims == []
+    _tick_until_idle(engine, t0 + 3 * S)
+    assert len(publisher.claims) == FIRST_BATCH + 10
 
 
 def test_a_burst_longer_than_late_after_fires_its_last_slots_as_scheduled(
@@ -321,36 +339,40 @@ def flushes(monkeypatch) -> Flushes:
 
 def test_a_burst_goes_to_the_broker_in_batches_each_slot_once(broker, flushes):
     """A burst is published PUBLISH_GROUP messages per Redis round trip (kombu's publish
-    batch), only after its claims committed (R3), each slot once (R4)."""
+    batch), only after its claims committed (R3), each slot once (R4): a first batch of
+    FIRST_BATCH claims, then full ones."""
     from durablebeat import clock
-    from durablebeat.engine import PUBLISH_GROUP
+    from durablebeat.engine import FIRST_BATCH, PUBLISH_GROUP
     from durablebeat.schedulers import DurableScheduler
     from project.celery import app
 
-    n = 2 * PUBLISH_GROUP + 50
+    n = FIRST_BATCH + 2 * PUBLISH_GROUP
     _many(n, clock.now() - S)
     scheduler = DurableScheduler(app)
     try:
-        scheduler.tick()
+        for _ in range(5):
+            scheduler.tick()
+            if Run.objects.filter(state="published").count() == n:
+                break
     finally:
         scheduler.close()
     queued = _queued(broker)
     assert len(queued) == len(set(queued)) == n
     assert Run.objects.filter(state="published").count() == n
-    assert flushes.sizes == [PUBLISH_GROUP, PUBLISH_GROUP, 50]
+    assert flushes.sizes == [FIRST_BATCH, PUBLISH_GROUP, PUBLISH_GROUP]
 
 
 def test_a_batch_the_broker_did_not_take_is_retried_not_dropped(broker, flushes):
-    """R5: the first batch's send fails (delivery uncertain, so counted as not sent); it and
-    the rest stay claimed, and the retry sends each slot once."""
+    """R5: the batch's send fails (delivery uncertain, so counted as not sent); its claims
+    stay claimed, and the retry sends each slot once."""
     import redis
 
     from durablebeat import clock
-    from durablebeat.engine import PUBLISH_GROUP
+    from durablebeat.engine import FIRST_BATCH
     from durablebeat.schedulers import DurableScheduler
     from project.celery import app
 
-    n = PUBLISH_GROUP + 10
+    n = FIRST_BATCH - 10
     _many(n, clock.now() - S)
     flushes.fail.append(redis.ConnectionError("Connection reset by peer"))
     scheduler = DurableScheduler(app)
