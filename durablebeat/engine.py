@@ -37,7 +37,7 @@ PublishBatch = Callable[[], contextlib.AbstractContextManager[Any]]
 PUBLISH_GROUP = 200
 #: the first batch of a burst (then ``DURABLEBEAT_BATCH_SIZE``): its slots wait for one
 #: small claim instead of a thousand
-FIRST_BATCH = 50
+FIRST_BATCH = 10
 #: hooks run by the loop while the database answers, e.g. orphan reclaim (R15)
 Hook = Callable[["Engine", dt.datetime], None]
 

@@ -372,7 +372,7 @@ def test_a_batch_the_broker_did_not_take_is_retried_not_dropped(broker, flushes)
     from durablebeat.schedulers import DurableScheduler
     from project.celery import app
 
-    n = FIRST_BATCH - 10
+    n = FIRST_BATCH  # one batch
     _many(n, clock.now() - S)
     flushes.fail.append(redis.ConnectionError("Connection reset by peer"))
     scheduler = DurableScheduler(app)
