@@ -139,9 +139,9 @@ def fetch_due(
     plain ordered index scan stops at ``limit`` and prunes them as it goes.
 
     ``lock`` (inside a transaction): take the rows with ``FOR UPDATE SKIP LOCKED`` on
-    PostgreSQL, so that several beats on one burst each take a different batch instead of
-    queueing behind one another's row locks (ignored where rows cannot be locked: SQLite
-    serialises write transactions anyway)."""
+    PostgreSQL, MariaDB 10.6+ and MySQL 8, so that several beats on one burst each take a
+    different batch instead of queueing behind one another's row locks (ignored where rows
+    cannot be locked: SQLite serialises write transactions anyway)."""
     rows: list[Schedule] = []
     for query in (
         _due_rows().filter(next_fire_at__isnull=True).order_by("pk"),
@@ -150,9 +150,25 @@ def fetch_due(
         if len(rows) >= limit:
             break
         if lock:
-            query = query.select_for_update(skip_locked=True, of=("self",))
+            query = query.select_for_update(**_skip_locked())
         rows += query[: limit - len(rows)]
     return rows
+
+
+def _skip_locked() -> dict[str, Any]:
+    """``select_for_update`` options for the due query that this server has (SPEC §1).
+
+    SKIP LOCKED: PostgreSQL, MariaDB 10.6+, MySQL 8 (an older server queues behind the other
+    beat's locks instead: slower, as correct). ``OF``: PostgreSQL and MySQL 8; Django refuses
+    it on MariaDB (``NotSupportedError``), where plain ``FOR UPDATE`` locks the same rows
+    because the due query joins no other table."""
+    features = connection.features
+    options: dict[str, Any] = {}
+    if features.has_select_for_update_skip_locked:
+        options["skip_locked"] = True
+    if features.has_select_for_update_of:
+        options["of"] = ("self",)
+    return options
 
 
 def _due_rows() -> QuerySet[Schedule]:
@@ -295,11 +311,24 @@ def _claim_many(
     (run id, task id) by schedule id for the slots this beat now owns."""
     won = _cas_many(pairs, now)
     mine = [(d, f) for d, f in pairs if d.id in won]
+    runs = _insert_runs(mine, boot_id, now)
+    if not connection.features.can_return_rows_from_bulk_insert:
+        _read_back_ids([r for r in runs if r is not None])
     return {
         d.id: (run.pk, run.task_id or "")
-        for (d, _), run in zip(mine, _insert_runs(mine, boot_id, now), strict=True)
+        for (d, _), run in zip(mine, runs, strict=True)
         if run is not None
     }
+
+
+def _read_back_ids(runs: Sequence[Run]) -> None:
+    """MySQL's multi-row ``INSERT`` returns no ids (MariaDB 10.5+ and the others do): read
+    them back by task id, unique per run, so that the claims can be confirmed (R3)."""
+    missing = {r.task_id: r for r in runs if r.pk is None}
+    if missing:
+        found = Run.objects.filter(task_id__in=list(missing)).values_list("task_id", "pk")
+        for task_id, pk in found:
+            missing[task_id].pk = pk
 
 
 def _claim_many_pg(
@@ -381,6 +410,8 @@ def _claim_many_pg(
 
 #: most rows in one set-based statement (bounded by the database's parameter limits)
 BULK_CHUNK = 2000
+#: the vendors with ``UPDATE ... FROM ... RETURNING`` (not MariaDB, not MySQL)
+UPDATE_FROM_RETURNING = ("postgresql", "sqlite")
 
 
 def _plain(due: Due, fire: Fire) -> bool:
@@ -395,9 +426,10 @@ def _claim_of(run: Run, due: Due, fire: Fire, boot_id: uuid.UUID, message: Messa
 
 
 def _lock_in_order(ids: list[int]) -> None:
-    """Lock the batch's rows in id order (PostgreSQL): two beats claiming overlapping
-    batches then queue instead of deadlocking; the compare-and-set decides who fires."""
-    if ids and connection.vendor == "postgresql":
+    """Lock the batch's rows in id order (PostgreSQL, MariaDB, MySQL): two beats claiming
+    overlapping batches then queue instead of deadlocking; the compare-and-set decides who
+    fires. (SQLite has no row locks: it serialises whole write transactions.)"""
+    if ids and connection.features.has_select_for_update:
         list(Schedule.objects.filter(pk__in=ids).order_by("pk").select_for_update().values("pk"))
 
 
@@ -426,6 +458,8 @@ def _cas_many(pairs: Sequence[tuple[Due, Fire]], now: dt.datetime) -> set[int]:
     """The compare-and-set of many slots in one statement; the ids it moved on (R3, R4)."""
     if not pairs:
         return set()
+    if connection.vendor not in UPDATE_FROM_RETURNING:
+        return _cas_many_locked(pairs, now)
     ops = connection.ops
     pg = connection.vendor == "postgresql"
     row = "(%s::bigint, %s::timestamptz, %s::timestamptz)" if pg else "(%s, %s, %s)"
@@ -447,6 +481,38 @@ def _cas_many(pairs: Sequence[tuple[Due, Fire]], now: dt.datetime) -> set[int]:
     with connection.cursor() as cur:
         cur.execute(sql, params)
         return {int(r[0]) for r in cur.fetchall()}
+
+
+def _cas_many_locked(pairs: Sequence[tuple[Due, Fire]], now: dt.datetime) -> set[int]:
+    """``_cas_many`` where ``UPDATE`` returns no rows (MariaDB, MySQL): the compare is a
+    locking read of the rows still at the next fire this beat read, the set one ``UPDATE``
+    of exactly those. The rows stay locked to this transaction from the read to its commit,
+    so no other beat can move one in between (R4): the read says which ids moved on."""
+    was = {d.id: d.next_fire_at for d, _ in pairs}
+    current = (
+        Schedule.objects.filter(pk__in=list(was)).order_by("pk").select_for_update()
+    ).values_list("pk", "next_fire_at")
+    won = {pk for pk, at in current if at is not None and at == was[pk]}
+    if not won:
+        return set()
+    ops = connection.ops
+    table = ops.quote_name(Schedule._meta.db_table)
+    cases: list[str] = []
+    params: list[Any] = []
+    for due, fire in pairs:
+        if due.id in won:
+            cases.append("WHEN %s THEN %s")
+            params += [due.id, ops.adapt_datetimefield_value(fire.next_fire_at)]
+    ids = sorted(won)
+    sql = (
+        f"UPDATE {table} SET next_fire_at = CASE id {' '.join(cases)} END, "
+        "next_fire_reason = %s, last_fired_at = %s, stuck_since = NULL, stuck_reason = '' "
+        f"WHERE id IN ({', '.join(['%s'] * len(ids))})"
+    )
+    params += [Reason.SCHEDULED, ops.adapt_datetimefield_value(now), *ids]
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+    return won
 
 
 def _insert_runs(

@@ -71,6 +71,8 @@ def database_from_env(default_url: str) -> dict:
     config = dj_database_url.parse(url, conn_max_age=0)
     if config["ENGINE"] == "django.db.backends.sqlite3":
         config["OPTIONS"] = {**_SQLITE_OPTIONS, **config.get("OPTIONS", {})}
+    elif config["ENGINE"] == "django.db.backends.mysql":  # MariaDB or MySQL
+        config["OPTIONS"] = {"charset": "utf8mb4", **config.get("OPTIONS", {})}
     return config
 
 

@@ -3,6 +3,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
+# mysqlclient (the MariaDB/MySQL driver of the dev extra) has no Linux wheel: it builds
+# against the MariaDB client headers, found through pkg-config.
+if ! pkg-config --exists libmariadb 2>/dev/null && ! pkg-config --exists mysqlclient 2>/dev/null
+then
+    echo "installing from Debian: libmariadb-dev pkg-config gcc"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends libmariadb-dev pkg-config gcc >/dev/null
+fi
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi

@@ -1,9 +1,10 @@
 """Settings for the test suite and for the beat/worker processes the e2e tests start.
 
 ``DURABLEBEAT_TEST_DB=postgres`` (default) uses the real PostgreSQL on 127.0.0.1:5432;
-``sqlite`` uses a SQLite file. Processes started by e2e tests get ``DATABASE_URL`` pointing
-at the test database pytest-django created, and their beat schedule as JSON in
-``E2E_BEAT_SCHEDULE``.
+``mariadb`` (or ``mysql``) the MariaDB/MySQL server on 127.0.0.1:3306 (user root, no password
+unless ``MYSQL_USER``/``MYSQL_PASSWORD``); ``sqlite`` uses a SQLite file. Processes started
+by e2e tests get ``DATABASE_URL`` pointing at the test database pytest-django created, and
+their beat schedule as JSON in ``E2E_BEAT_SCHEDULE``.
 """
 
 import json
@@ -28,6 +29,17 @@ if "DATABASE_URL" in os.environ:
 elif TEST_DB == "sqlite":
     DATABASES = {"default": database_from_env(f"sqlite:///{VAR_DIR / 'tests.sqlite3'}")}
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test_tests{TEST_SUFFIX}.sqlite3")}
+elif TEST_DB in ("mariadb", "mysql"):
+    _my_user = os.environ.get("MYSQL_USER", "root")
+    _my_password = os.environ.get("MYSQL_PASSWORD", "")
+    _my_host = os.environ.get("MYSQL_HOST", "127.0.0.1")
+    _my_auth = f"{_my_user}:{_my_password}" if _my_password else _my_user
+    DATABASES = {"default": database_from_env(f"mysql://{_my_auth}@{_my_host}:3306/durablebeat")}
+    DATABASES["default"]["TEST"] = {
+        "NAME": f"test_durablebeat{TEST_SUFFIX}",
+        "CHARSET": "utf8mb4",
+        "COLLATION": "utf8mb4_unicode_ci",
+    }
 else:
     DATABASES = {"default": database_from_env(f"postgres://{PG_USER}@{PG_HOST}:5432/durablebeat")}
     DATABASES["default"]["TEST"] = {"NAME": f"test_durablebeat{TEST_SUFFIX}"}
