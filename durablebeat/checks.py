@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 
 from . import conf
 
@@ -15,6 +16,9 @@ SCHEDULER_PATH = "durablebeat.schedulers:DurableScheduler"
 def register() -> None:
     checks.register(check_time_zone_support, "durablebeat")
     checks.register(check_settings, "durablebeat")
+    checks.register(check_unknown_settings, "durablebeat")
+    checks.register(check_setting_pairs, "durablebeat")
+    checks.register(check_metrics_public, "durablebeat")
     checks.register(check_scheduler_configured, "durablebeat")
     checks.register(check_code_schedules, "durablebeat")
 
@@ -30,22 +34,83 @@ def check_time_zone_support(**kwargs: Any) -> list[checks.CheckMessage]:
     return []
 
 
+def setting_names() -> list[str]:
+    """Every setting ``conf`` knows, without its ``DURABLEBEAT_`` prefix."""
+    return [name for name in dir(conf.Settings) if name.isupper()]
+
+
 def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
+    """E002: each setting of the wrong type or out of its range, one message per setting.
+    Generic over ``conf.Settings``: a property added there is checked at once (R21)."""
     errors: list[checks.CheckMessage] = []
-    s = conf.settings
-    for name in dir(type(s)):
-        if name.isupper():
-            try:
-                getattr(s, name)
-            except (TypeError, ValueError) as exc:
-                errors.append(
-                    checks.Error(f"DURABLEBEAT_{name} is invalid: {exc}", id="durablebeat.E002")
-                )
-    if not errors and s.MAX_INTERVAL <= 0:
-        errors.append(
-            checks.Error("DURABLEBEAT_MAX_INTERVAL must be positive.", id="durablebeat.E002")
-        )
+    for name in setting_names():
+        try:
+            getattr(conf.settings, name)
+        except (TypeError, ValueError, ImproperlyConfigured, OverflowError) as exc:
+            errors.append(
+                checks.Error(f"DURABLEBEAT_{name} is invalid: {exc}", id="durablebeat.E002")
+            )
     return errors
+
+
+def check_unknown_settings(**kwargs: Any) -> list[checks.CheckMessage]:
+    """W003: a ``DURABLEBEAT_*`` setting durablebeat does not read (a typo is ignored
+    silently otherwise, and its default used)."""
+    known = {f"DURABLEBEAT_{name}" for name in setting_names()}
+    return [
+        checks.Warning(
+            f"{name} is not a durablebeat setting: it is ignored.",
+            hint="See the README's settings table for the names.",
+            id="durablebeat.W003",
+        )
+        for name in sorted(dir(django_settings))
+        if name.startswith("DURABLEBEAT_") and name not in known
+    ]
+
+
+#: (shorter, longer): the first must be less than the second, or the second reads every
+#: live beat or worker as gone
+SETTING_PAIRS = (
+    ("HEARTBEAT_INTERVAL", "HEARTBEAT_STALE_AFTER"),
+    ("WORKER_HEARTBEAT_INTERVAL", "WORKER_DEAD_AFTER"),
+)
+
+
+def check_setting_pairs(**kwargs: Any) -> list[checks.CheckMessage]:
+    """W004: a staleness bound not longer than the heartbeat it waits for."""
+    found: list[checks.CheckMessage] = []
+    for shorter, longer in SETTING_PAIRS:
+        try:
+            short, long = getattr(conf.settings, shorter), getattr(conf.settings, longer)
+        except (TypeError, ValueError, ImproperlyConfigured):
+            continue  # E002 says so
+        if long <= short:
+            found.append(
+                checks.Warning(
+                    f"DURABLEBEAT_{longer} ({long}) is not longer than "
+                    f"DURABLEBEAT_{shorter} ({short}): every live one would read as gone.",
+                    id="durablebeat.W004",
+                )
+            )
+    return found
+
+
+def check_metrics_public(**kwargs: Any) -> list[checks.CheckMessage]:
+    """W002: the metrics view open to anyone on a production (``DEBUG`` off) site."""
+    try:
+        public, token = conf.settings.METRICS_PUBLIC, conf.settings.METRICS_TOKEN
+    except (TypeError, ValueError, ImproperlyConfigured):
+        return []  # E002 says so
+    if public and not token and not django_settings.DEBUG:
+        return [
+            checks.Warning(
+                "DURABLEBEAT_METRICS_PUBLIC is True with no DURABLEBEAT_METRICS_TOKEN: the "
+                "metrics view answers anyone.",
+                hint="Set DURABLEBEAT_METRICS_TOKEN, or protect the URL another way.",
+                id="durablebeat.W002",
+            )
+        ]
+    return []
 
 
 def _celery_app() -> Any:

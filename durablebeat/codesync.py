@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,12 +21,19 @@ from django.db.models import Q
 from . import timing
 from .enums import Overlap, Source
 from .models import MESSAGE_FIELDS, POLICY_FIELDS, Schedule
-from .validation import describe_errors, validate_schedule_fields
+from .validation import MAX_EVERY, describe_errors, validate_schedule_fields
 
 logger = logging.getLogger("durablebeat")
 
 #: keys of an entry's ``options["durablebeat"]``: durablebeat's own per-schedule policy
-POLICY_KEYS = {"catch_up", "catch_up_window", "startup_grace", "overlap", "description"}
+POLICY_KEYS = {
+    "catch_up",
+    "catch_up_window",
+    "startup_grace",
+    "overlap",
+    "description",
+    "take_over",
+}
 #: keys of ``options`` that become message options
 MESSAGE_OPTION_KEYS = {"queue", "routing_key", "priority", "expires", "headers"}
 
@@ -51,6 +59,8 @@ class CodeEntry:
     catch_up_window: dt.timedelta | None = None
     overlap: str = Overlap.SKIP
     description: str = ""
+    #: may take over an admin-made row of the same name (otherwise the boot refuses)
+    take_over: bool = False
 
     def apply_to(self, row: Schedule) -> None:
         """Write everything code owns into ``row``; timing through ``set_spec``."""
@@ -63,12 +73,44 @@ class CodeEntry:
         row.set_spec(self.spec)
 
 
-def _duration(value: Any, where: str) -> dt.timedelta | None:
-    if value is None or isinstance(value, dt.timedelta):
+class _Reader:
+    """Reads one entry's values as they are: the wrong type is refused naming the entry
+    and the field, never converted (``args='abc'`` is not ``['a', 'b', 'c']``)."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def bad(self, what: str, message: str) -> BadEntry:
+        return BadEntry(f"{self.where}: {what}: {message}")
+
+    def typed(self, value: Any, what: str, types: tuple[type, ...], words: str) -> Any:
+        if value is None:
+            return None
+        is_bool = isinstance(value, bool)  # a bool is an int to isinstance, not to a person
+        if not (is_bool if bool in types else not is_bool and isinstance(value, types)):
+            raise self.bad(what, f"{value!r:.80} value must be {words}, not {type(value).__name__}")
         return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return dt.timedelta(seconds=value)
-    raise BadEntry(f"{where} must be a timedelta or seconds, got {value!r}")
+
+    def text(self, value: Any, what: str) -> str:
+        return str(self.typed(value, what, (str,), "a string") or "")
+
+    def duration(self, value: Any, what: str) -> dt.timedelta | None:
+        self.typed(value, what, (dt.timedelta, int, float), "a timedelta or seconds")
+        if isinstance(value, int | float):
+            seconds = float(value)
+            # NaN, infinity and 10**20 s are refused here, before timedelta's arithmetic.
+            if not math.isfinite(seconds):
+                raise self.bad(what, f"must be a finite number of seconds, got {value!r}")
+            if abs(seconds) > MAX_EVERY.total_seconds():
+                raise self.bad(what, f"must be at most {MAX_EVERY.days} days, got {value!r}")
+            return dt.timedelta(seconds=seconds)
+        return value  # type: ignore[no-any-return]
+
+    def number(self, value: Any, what: str) -> float | None:
+        self.typed(value, what, (int, float), "a number of seconds")
+        if value is not None and not math.isfinite(value):
+            raise self.bad(what, f"must be a finite number of seconds, got {value!r}")
+        return None if value is None else float(value)
 
 
 def parse_entry(
@@ -76,12 +118,16 @@ def parse_entry(
 ) -> CodeEntry:
     """One ``beat_schedule`` entry as a ``CodeEntry``; ``BadEntry`` names what is wrong."""
     where = f"beat_schedule[{name!r}]"
+    if not isinstance(name, str):
+        raise BadEntry(f"{where}: the entry's name must be a string")
     if not isinstance(entry, Mapping):
         raise BadEntry(f"{where} must be a dict, got {type(entry).__name__}")
     unknown = set(entry) - {"task", "schedule", "args", "kwargs", "options", "relative"}
     if unknown:
-        raise BadEntry(f"{where}: unknown keys {sorted(unknown)}")
-    if not entry.get("task"):
+        raise BadEntry(f"{where}: unknown keys {sorted(unknown, key=repr)}")
+    read = _Reader(where)
+    task = read.text(entry.get("task"), "task")
+    if not task:
         raise BadEntry(f"{where}: 'task' is required")
     if entry.get("relative"):
         # Celery's ``relative=True`` rounds the first run to the interval's unit; durablebeat
@@ -91,40 +137,48 @@ def parse_entry(
         spec = timing.from_celery(entry.get("schedule"), default_timezone)
     except timing.InvalidSchedule as exc:
         raise BadEntry(f"{where}: schedule: {exc.message}") from exc
-    options = dict(entry.get("options") or {})
-    policy = dict(options.pop("durablebeat", None) or {})
+    args = read.typed(entry.get("args"), "args", (list, tuple), "a list or tuple")
+    kwargs = read.typed(entry.get("kwargs"), "kwargs", (dict,), "a dict")
+    options = dict(read.typed(entry.get("options"), "options", (dict,), "a dict") or {})
+    policy = dict(
+        read.typed(options.pop("durablebeat", None), "options['durablebeat']", (dict,), "a dict")
+        or {}
+    )
     if unknown := set(policy) - POLICY_KEYS:
-        raise BadEntry(f"{where}: unknown options['durablebeat'] keys {sorted(unknown)}")
+        raise BadEntry(f"{where}: unknown options['durablebeat'] keys {sorted(unknown, key=repr)}")
     if unknown := set(options) - MESSAGE_OPTION_KEYS:
-        raise BadEntry(f"{where}: unsupported options {sorted(unknown)}")
-    expires = options.get("expires")
-    if expires is not None and not isinstance(expires, int | float):
-        raise BadEntry(f"{where}: options['expires'] must be seconds, got {expires!r}")
+        raise BadEntry(f"{where}: unsupported options {sorted(unknown, key=repr)}")
+    flags = {
+        key: read.typed(policy.get(key, False), key, (bool,), "True or False")
+        for key in ("catch_up", "take_over")
+    }
+    overlap = read.text(policy.get("overlap", Overlap.SKIP), "overlap")
+    if overlap not in Overlap.values:
+        raise BadEntry(f"{where}: overlap must be one of {Overlap.values}, got {overlap!r}")
     code = CodeEntry(
         name=name,
-        task=str(entry["task"]),
+        task=task,
         spec=spec,
-        args=list(entry.get("args") or []),
-        kwargs=dict(entry.get("kwargs") or {}),
-        queue=str(options.get("queue") or ""),
-        routing_key=str(options.get("routing_key") or ""),
-        priority=options.get("priority"),
-        expire_seconds=float(expires) if expires is not None else None,
-        headers=dict(options.get("headers") or {}),
-        startup_grace=_duration(policy.get("startup_grace"), f"{where} startup_grace"),
-        catch_up=bool(policy.get("catch_up", False)),
-        catch_up_window=_duration(policy.get("catch_up_window"), f"{where} catch_up_window"),
-        overlap=str(policy.get("overlap", Overlap.SKIP)),
-        description=str(policy.get("description", "")),
+        args=list(args or []),
+        kwargs=dict(kwargs or {}),
+        queue=read.text(options.get("queue"), "queue"),
+        routing_key=read.text(options.get("routing_key"), "routing_key"),
+        priority=read.typed(options.get("priority"), "priority", (int,), "an integer"),
+        expire_seconds=read.number(options.get("expires"), "options['expires']"),
+        headers=dict(read.typed(options.get("headers"), "headers", (dict,), "a dict") or {}),
+        startup_grace=read.duration(policy.get("startup_grace"), "startup_grace"),
+        catch_up=flags["catch_up"],
+        catch_up_window=read.duration(policy.get("catch_up_window"), "catch_up_window"),
+        overlap=overlap,
+        description=read.text(policy.get("description"), "description"),
+        take_over=flags["take_over"],
     )
-    if code.overlap not in Overlap.values:
-        raise BadEntry(f"{where}: overlap must be one of {Overlap.values}, got {code.overlap!r}")
     row = Schedule(name=name)
     code.apply_to(row)
     errors = validate_schedule_fields(row, check_task=check_task)
     try:
-        # The model's own field checks too (priority a number in range, lengths), so that
-        # a bad option fails the boot naming the entry rather than the row's save.
+        # The model's own field checks too (lengths), so that a bad option fails the boot
+        # naming the entry rather than the row's save.
         row.clean_fields(exclude=set(errors))
     except ValidationError as exc:
         errors |= {f: " ".join(msgs) for f, msgs in exc.message_dict.items()}
@@ -175,6 +229,7 @@ def sync(entries: list[CodeEntry], now: dt.datetime) -> dict[str, Schedule]:
                     "code schedule added: %s", name, extra={"event": "code_added", "schedule": name}
                 )
             else:
+                _refuse_silent_takeover(row, entry)
                 _update(row, entry, now)
             result[name] = row
         for name, row in existing.items():
@@ -193,6 +248,27 @@ def sync(entries: list[CodeEntry], now: dt.datetime) -> dict[str, Schedule]:
                     extra={"event": "code_removed", "schedule": name},
                 )
     return result
+
+
+def _refuse_silent_takeover(row: Schedule, entry: CodeEntry) -> None:
+    """A code entry named like a schedule made in the admin (or the ORM) would rewrite it
+    at every boot: refused unless the entry says ``take_over``, and logged when done. A row
+    the importer marked as code (its name was in ``beat_schedule``) is code already."""
+    if row.source == Source.CODE:
+        return
+    if not entry.take_over:
+        raise BadEntry(
+            f"beat_schedule[{entry.name!r}]: a schedule made in the admin has this name "
+            f"(Schedule id {row.pk}, task {row.task!r}); code would take it over and rewrite "
+            "it at every boot. Rename the entry, rename or delete that schedule, or set "
+            "options['durablebeat']['take_over'] = True to let code own it."
+        )
+    logger.warning(
+        "code schedule takes over the admin-made schedule of the same name: %s (id %s)",
+        row.name,
+        row.pk,
+        extra={"event": "code_took_over", "schedule": row.name},
+    )
 
 
 def _update(row: Schedule, entry: CodeEntry, now: dt.datetime) -> None:

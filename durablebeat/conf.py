@@ -1,147 +1,241 @@
-"""Every ``DURABLEBEAT_*`` setting, its type and its default, read on access.
+"""Every ``DURABLEBEAT_*`` setting, its type, its default and its range, read on access.
 
 Reading on access (not at import) lets ``override_settings`` and per-process environment
-settings work. The README's settings table mirrors this module.
+settings work. The README's settings table mirrors this module. A value of the wrong type
+or out of its range raises ``InvalidSetting`` naming the setting, on every access, so it can
+never reach the engine; the system check ``durablebeat.E002`` reads every property here,
+whatever it is, so a new setting is checked as soon as its property exists (R21).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+
+from . import validation as v
+
+ZERO = dt.timedelta(0)
+MINUTE = dt.timedelta(minutes=1)
+HOUR = dt.timedelta(hours=1)
+DAY = dt.timedelta(days=1)
+#: the longest a duration setting may be unless its property says otherwise: far inside
+#: what ``datetime`` arithmetic and the databases hold (``validation``'s module doc)
+MAX_SETTING_DURATION = dt.timedelta(days=366)
 
 
-def _seconds(value: Any, name: str) -> dt.timedelta:
+class InvalidSetting(ImproperlyConfigured, ValueError):
+    """A ``DURABLEBEAT_*`` setting of the wrong type or out of its range; names it."""
+
+
+def _range_words(low: float, high: float, low_open: bool, unit: str = "") -> str:
+    first = f"more than {low:g}{unit}" if low_open else f"from {low:g}{unit}"
+    return f"{first} to {high:g}{unit}" if not low_open else f"{first} and at most {high:g}{unit}"
+
+
+def _seconds(
+    value: Any,
+    name: str,
+    low: dt.timedelta = ZERO,
+    high: dt.timedelta = MAX_SETTING_DURATION,
+    low_open: bool = False,
+) -> dt.timedelta:
+    lo, hi = low.total_seconds(), high.total_seconds()
     if isinstance(value, dt.timedelta):
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return dt.timedelta(seconds=value)
-    raise TypeError(f"{name} must be a timedelta or a number of seconds, got {value!r}")
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidSetting(f"{name} must be a timedelta or a number of seconds, got {value!r}")
+    # Checked as a number first: NaN, infinity or 10**20 never reach timedelta's arithmetic.
+    if not math.isfinite(seconds) or seconds < lo or seconds > hi or (low_open and seconds == lo):
+        words = _range_words(lo, hi, low_open, " s")
+        raise InvalidSetting(f"{name} must be {words}, got {value!r}")
+    return value if isinstance(value, dt.timedelta) else dt.timedelta(seconds=seconds)
 
 
 class Settings:
-    """Typed access to the settings; one property per setting."""
+    """Typed access to the settings; one property per setting, its range beside it."""
 
     def _get(self, name: str, default: Any) -> Any:
         return getattr(django_settings, f"DURABLEBEAT_{name}", default)
 
-    def _duration(self, name: str, default: float) -> dt.timedelta:
-        return _seconds(self._get(name, default), f"DURABLEBEAT_{name}")
+    def _duration(
+        self,
+        name: str,
+        default: float,
+        *,
+        low: dt.timedelta = ZERO,
+        high: dt.timedelta = MAX_SETTING_DURATION,
+        low_open: bool = False,
+    ) -> dt.timedelta:
+        """A timedelta or seconds, within ``low..high`` (``low`` excluded when ``low_open``)."""
+        return _seconds(self._get(name, default), f"DURABLEBEAT_{name}", low, high, low_open)
+
+    def _number(self, name: str, default: float, *, low: float, high: float) -> float:
+        value = self._get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidSetting(f"DURABLEBEAT_{name} must be a number, got {value!r}")
+        if not (math.isfinite(value) and low <= value <= high):
+            words = _range_words(low, high, False)
+            raise InvalidSetting(f"DURABLEBEAT_{name} must be {words}, got {value!r}")
+        return float(value)
+
+    def _int(self, name: str, default: int, *, low: int, high: int) -> int:
+        value = self._get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidSetting(f"DURABLEBEAT_{name} must be an integer, got {value!r}")
+        if not low <= value <= high:
+            words = _range_words(low, high, False)
+            raise InvalidSetting(f"DURABLEBEAT_{name} must be {words}, got {value!r}")
+        return value
+
+    def _bool(self, name: str, default: bool) -> bool:
+        value = self._get(name, default)
+        if not isinstance(value, bool):  # "false" or 0 would be read wrongly either way
+            raise InvalidSetting(f"DURABLEBEAT_{name} must be True or False, got {value!r}")
+        return value
 
     @property
     def STARTUP_GRACE(self) -> dt.timedelta:
         """Delay before a new or overdue interval schedule fires at boot (R2). Per schedule."""
-        return self._duration("STARTUP_GRACE", 60)
+        return self._duration("STARTUP_GRACE", 60, high=v.MAX_STARTUP_GRACE)
 
     @property
     def MAX_INTERVAL(self) -> float:
         """Longest beat sleeps between looks at the database, in seconds (R6 pickup bound)."""
-        return float(self._get("MAX_INTERVAL", 5.0))
+        return self._number("MAX_INTERVAL", 5.0, low=0.1, high=3600)
 
     @property
     def LATE_AFTER(self) -> dt.timedelta:
         """A slot found due later than this passed while no beat could fire it: it is
         overdue (R7, R8). Within it, it is fired as scheduled (a restart, a rolling deploy)."""
-        return self._duration("LATE_AFTER", 10)
+        return self._duration("LATE_AFTER", 10, high=DAY)
 
     @property
     def HEARTBEAT_INTERVAL(self) -> dt.timedelta:
         """How often a beat boot refreshes its heartbeat row (R17)."""
-        return self._duration("HEARTBEAT_INTERVAL", 10)
+        return self._duration("HEARTBEAT_INTERVAL", 10, low_open=True, high=HOUR)
 
     @property
     def DB_RETRY_INTERVAL(self) -> dt.timedelta:
         """While the database is unreachable, how often beat tries it again (R5)."""
-        return self._duration("DB_RETRY_INTERVAL", 5)
+        return self._duration("DB_RETRY_INTERVAL", 5, low_open=True, high=HOUR)
 
     @property
     def BATCH_SIZE(self) -> int:
         """Most due schedules claimed and published in one transaction."""
-        return int(self._get("BATCH_SIZE", 1000))
+        return self._int("BATCH_SIZE", 1000, low=1, high=10_000)
 
     @property
     def CATCH_UP_WINDOW(self) -> dt.timedelta:
         """Default for a delivery schedule: how old a missed slot may be and still fire (R8)."""
-        return self._duration("CATCH_UP_WINDOW", 55 * 60)
+        return self._duration("CATCH_UP_WINDOW", 55 * 60, low_open=True, high=v.MAX_CATCH_UP_WINDOW)
 
     @property
     def CATCH_UP_SETTLE(self) -> dt.timedelta:
         """An in-doubt slot is not re-sent before this long after the slot (R9)."""
-        return self._duration("CATCH_UP_SETTLE", 10 * 60)
+        return self._duration("CATCH_UP_SETTLE", 10 * 60, high=7 * DAY)
 
     @property
     def GC_INTERVAL(self) -> dt.timedelta:
         """Orphan reclaim runs at most this often, across all beats and restarts (R15)."""
-        return self._duration("GC_INTERVAL", 5 * 60)
+        return self._duration("GC_INTERVAL", 5 * 60, low_open=True, high=DAY)
 
     @property
     def WORKER_HEARTBEAT_INTERVAL(self) -> dt.timedelta:
         """How often each worker process writes its liveness row (R15)."""
-        return self._duration("WORKER_HEARTBEAT_INTERVAL", 30)
+        return self._duration("WORKER_HEARTBEAT_INTERVAL", 30, low_open=True, high=HOUR)
 
     @property
     def WORKER_DEAD_AFTER(self) -> dt.timedelta:
         """A worker whose liveness row is older than this is gone (R15)."""
-        return self._duration("WORKER_DEAD_AFTER", 120)
+        return self._duration("WORKER_DEAD_AFTER", 120, low_open=True, high=DAY)
 
     @property
     def RECLAIM_MARGIN(self) -> dt.timedelta:
         """A run older than its hard time limit plus this margin is reclaimed (R15)."""
-        return self._duration("RECLAIM_MARGIN", 60)
+        return self._duration("RECLAIM_MARGIN", 60, high=DAY)
 
     @property
     def UNCONFIRMED_AFTER(self) -> dt.timedelta:
         """A published run with no worker news after this long is checked in the result backend."""
-        return self._duration("UNCONFIRMED_AFTER", 5 * 60)
+        return self._duration("UNCONFIRMED_AFTER", 5 * 60, low_open=True, high=7 * DAY)
 
     @property
     def STUCK_THRESHOLD(self) -> dt.timedelta:
         """``check`` flags a schedule skipped for longer than this (R17)."""
-        return self._duration("STUCK_THRESHOLD", 6 * 3600)
+        return self._duration("STUCK_THRESHOLD", 6 * 3600, low_open=True)
 
     @property
     def HEARTBEAT_STALE_AFTER(self) -> dt.timedelta:
         """``check`` says no beat is alive when the freshest heartbeat is older than this."""
-        return self._duration("HEARTBEAT_STALE_AFTER", 60)
+        return self._duration("HEARTBEAT_STALE_AFTER", 60, low_open=True, high=DAY)
 
     @property
     def OVERDUE_TOLERANCE(self) -> dt.timedelta:
         """``check`` flags starvation when a next fire is older than this while beat is alive."""
-        return self._duration("OVERDUE_TOLERANCE", 120)
+        return self._duration("OVERDUE_TOLERANCE", 120, high=7 * DAY)
 
     @property
     def NO_SUCCESS_PERIODS(self) -> int:
         """``check`` flags a schedule with no success over this many of its periods."""
-        return int(self._get("NO_SUCCESS_PERIODS", 3))
+        return self._int("NO_SUCCESS_PERIODS", 3, low=1, high=1000)
 
     @property
     def RESULT_RECONCILE(self) -> bool:
         """Reconcile unreported runs from django-celery-results (R13) when it is installed."""
-        return bool(self._get("RESULT_RECONCILE", True))
+        return self._bool("RESULT_RECONCILE", True)
 
     @property
     def LISTEN_NOTIFY(self) -> bool:
         """On PostgreSQL, wake beat at once when a schedule changes (LISTEN/NOTIFY)."""
-        return bool(self._get("LISTEN_NOTIFY", True))
+        return self._bool("LISTEN_NOTIFY", True)
 
     # --- operations (issue 5) ---
 
     @property
     def CHECK_LOOKBACK(self) -> dt.timedelta:
         """``check`` reports runs lost within this look-back (R17)."""
-        return self._duration("CHECK_LOOKBACK", 24 * 3600)
+        return self._duration("CHECK_LOOKBACK", 24 * 3600, low_open=True)
 
     @property
     def UNRESOLVED_AFTER(self) -> dt.timedelta:
         """``check`` flags a published or started run with no news for this long (R17);
         a started run with a hard time limit is flagged past limit + margin + gc interval."""
-        return self._duration("UNRESOLVED_AFTER", 3600)
+        return self._duration("UNRESOLVED_AFTER", 3600, low_open=True)
 
     @property
     def METRICS_TOKEN(self) -> str:
         """When set, the metrics view wants ``Authorization: Bearer <token>``."""
-        return str(self._get("METRICS_TOKEN", "") or "")
+        value = self._get("METRICS_TOKEN", "")
+        if value is None:
+            return ""
+        if not isinstance(value, str) or v.line_error(value) is not None:
+            raise InvalidSetting(
+                f"DURABLEBEAT_METRICS_TOKEN must be one line of text, got {value!r}"
+            )
+        return value
+
+    @property
+    def METRICS_PUBLIC(self) -> bool:
+        """With no ``METRICS_TOKEN``, the metrics view answers anyone only when this is True;
+        otherwise it refuses every request (issue 12). ``durablebeat.W002`` when True and
+        ``DEBUG`` is off."""
+        return self._bool("METRICS_PUBLIC", False)
+
+    @property
+    def MAX_MESSAGE_BYTES(self) -> int:
+        """Largest a schedule's args, kwargs and headers may be together, as JSON (R21)."""
+        return self._int(
+            "MAX_MESSAGE_BYTES",
+            v.DEFAULT_MAX_MESSAGE_BYTES,
+            low=v.MIN_MAX_MESSAGE_BYTES,
+            high=v.MAX_MAX_MESSAGE_BYTES,
+        )
 
 
 settings = Settings()

@@ -18,7 +18,7 @@ from django.utils.dateparse import parse_duration as django_parse_duration
 
 from .enums import Reason
 from .models import MESSAGE_FIELDS, POLICY_FIELDS, TIMING_FIELDS, Schedule
-from .validation import known_task_names
+from .validation import MAX_JSON_DEPTH, known_task_names
 
 #: fields a code-defined schedule takes from ``beat_schedule`` at every boot (codesync)
 CODE_OWNED_FIELDS = (
@@ -57,6 +57,12 @@ class JSONTextField(forms.JSONField):
             raise ValidationError(
                 "Malformed JSON: %(error)s.", code="invalid", params={"error": exc}
             ) from exc
+        except RecursionError:  # thousands of nested brackets: a 500 otherwise
+            raise ValidationError(
+                "Nested too deeply (at most %(depth)s levels).",
+                code="invalid",
+                params={"depth": MAX_JSON_DEPTH},
+            ) from None
 
 
 class FlexibleDurationField(forms.DurationField):
@@ -74,12 +80,15 @@ class FlexibleDurationField(forms.DurationField):
         if isinstance(value, dt.timedelta):
             return value
         text = str(value).strip()
-        parsed = django_parse_duration(text)
+        try:
+            parsed = django_parse_duration(text)
+        except OverflowError:  # "999999999999 days": beyond timedelta itself
+            parsed = None
         if parsed is not None and ":" in text:
             return parsed
         try:
             return parse_duration(text)
-        except ValueError:
+        except (ValueError, OverflowError):
             if parsed is not None:
                 return parsed
             raise ValidationError(self.error_messages["invalid"], code="invalid") from None

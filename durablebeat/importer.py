@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.apps import apps
-from django.db import transaction
+from django.core.exceptions import ValidationError
+from django.db import DatabaseError, transaction
 
 from . import conf, timing
 from .enums import Reason, Source
 from .models import Schedule
 from .report import absolute, duration_words
-from .validation import describe_errors, validate_schedule_fields
+from .validation import MAX_EVERY, MIN_EVERY, describe_errors, validate_schedule_fields
 
 logger = logging.getLogger("durablebeat")
 
@@ -58,15 +59,17 @@ class Item:
     notes: list[str] = field(default_factory=list)
 
     def line(self) -> str:
+        # A name with a newline would print a line of its own: shown quoted instead.
+        name = self.name if self.name.isprintable() else repr(self.name)
         if self.action == SKIP:
-            return f"skip    {self.name}: {self.why}"
+            return f"skip    {name}: {self.why}"
         if self.action == EXISTS:
-            return f"exists  {self.name}: {self.why}"
+            return f"exists  {name}: {self.why}"
         assert self.row is not None
         words = _words(self.row)
         state = "" if self.row.enabled else " [disabled]"
         notes = "".join(f"; {n}" for n in self.notes)
-        return f"create  {self.name}: {self.row.task}, {words}{state}; {self.why}{notes}"
+        return f"create  {name}: {self.row.task}, {words}{state}; {self.why}{notes}"
 
 
 @dataclass
@@ -125,8 +128,7 @@ def _spec(task: Any) -> timing.Spec:
         )
     try:
         if task.interval_id is not None:
-            every = task.interval.every * _PERIODS[task.interval.period]
-            return timing.Interval(every)
+            return timing.Interval(_every(task.interval.every, task.interval.period))
         if task.crontab_id is not None:
             c = task.crontab
             return timing.Crontab(
@@ -142,6 +144,20 @@ def _spec(task: Any) -> timing.Spec:
     except timing.InvalidSchedule as exc:
         raise Skip(f"its schedule is invalid: {exc}") from exc
     raise Skip("it has no schedule (no interval, crontab, clocked or solar)")
+
+
+def _every(count: int, period: str) -> dt.timedelta:
+    """django-celery-beat's (every, period) as a timedelta, refused by range before
+    timedelta's own arithmetic can overflow (R21)."""
+    if period not in _PERIODS:
+        raise Skip(f"its interval period {period!r} is unknown")
+    seconds = count * _PERIODS[period].total_seconds()
+    if not MIN_EVERY.total_seconds() <= seconds <= MAX_EVERY.total_seconds():
+        raise Skip(
+            f"every: {count} {period} is outside {MIN_EVERY.total_seconds():g} s to "
+            f"{MAX_EVERY.days} days"
+        )
+    return count * _PERIODS[period]
 
 
 def _aware(value: dt.datetime | None) -> dt.datetime | None:
@@ -242,16 +258,33 @@ def build_row(task: Any, now: dt.datetime) -> tuple[Schedule, str, list[str]]:
         headers=headers,
         description=task.description or "",
         enabled=enabled,
-        source=Source.DATABASE,
+        source=Source.CODE if task.name in _code_names() else Source.DATABASE,
         next_fire_at=nxt if enabled else None,
         next_fire_reason=Reason.SCHEDULED,
     )
     row.set_spec(spec)
-    if errors := validate_schedule_fields(row):
+    errors = validate_schedule_fields(row)
+    try:
+        row.clean_fields(exclude=set(errors))  # lengths and types, as the admin would
+    except ValidationError as exc:
+        errors |= {f: " ".join(msgs) for f, msgs in exc.message_dict.items()}
+    if errors:
         raise Skip(describe_errors(errors))
     if enabled and nxt is not None:
         why = f"next fire {absolute(nxt)} ({why})"
+    if row.source == Source.CODE:
+        notes.append("beat_schedule has this name: code owns it from beat's next boot")
     return row, why, notes
+
+
+def _code_names() -> frozenset[str]:
+    """Names in the Celery app's ``beat_schedule``. django-celery-beat copies those entries
+    into its own table, so the import meets them again: imported as code-defined, beat's
+    next boot owns them (keeping the imported next fire when the timing is the same)
+    instead of refusing to take over an admin-made row (codesync)."""
+    from celery import current_app
+
+    return frozenset(current_app._get_current_object().conf.beat_schedule or {})
 
 
 def plan(now: dt.datetime) -> list[Item]:
@@ -271,6 +304,10 @@ def plan(now: dt.datetime) -> list[Item]:
         except Skip as exc:
             items.append(Item(task.name, SKIP, why=str(exc)))
             continue
+        except Exception as exc:  # one row that cannot be read must not stop the import
+            logger.warning("cannot import %r", task.name, exc_info=True)
+            items.append(Item(task.name, SKIP, why=f"cannot be read: {type(exc).__name__}: {exc}"))
+            continue
         items.append(Item(task.name, CREATE, row, why, notes))
     return items
 
@@ -281,7 +318,12 @@ def run_import(now: dt.datetime, *, dry_run: bool) -> Result:
         with transaction.atomic():
             for item in items:
                 if item.action == CREATE and item.row is not None:
-                    item.row.save()
+                    try:
+                        with transaction.atomic():  # a savepoint: the rest still goes in
+                            item.row.save()
+                    except DatabaseError as exc:
+                        item.action, item.why = SKIP, f"the database refused it: {exc}"
+                        continue
                     logger.info(
                         "imported from django-celery-beat: %s",
                         item.name,

@@ -15,7 +15,7 @@ from typing import Any
 from celery.beat import Scheduler
 
 from . import clock, conf, ledger, notify, publishing
-from .codesync import celery_timezone, parse_beat_schedule
+from .codesync import BadEntry, celery_timezone, parse_beat_schedule
 from .engine import PUBLISH_GROUP, Engine
 
 logger = logging.getLogger("durablebeat")
@@ -61,6 +61,8 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
     def tick(self, *args: Any, **kwargs: Any) -> float:
         try:
             interval = self.engine.tick(clock.now())
+        except BadEntry:
+            raise  # a code entry refused where it meets the table (a takeover): fail loudly
         except Exception:
             if self._engine is None:
                 raise  # a bad beat_schedule: fail the boot loudly

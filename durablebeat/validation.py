@@ -1,13 +1,25 @@
-"""Bad input is refused where it enters, with the field named (R20).
+"""Bad input is refused where it enters, with the field named (R20, R21).
 
-One function serves the model's ``full_clean``, the admin form and the code sync, so the three
-entry points can never disagree about what is valid.
+One function serves the model's ``full_clean``, the admin form, the code sync and the
+importer, so the entry points can never disagree about what is valid. The ranges are the
+named constants below: the README's "Ranges" table and ``conf`` cite them.
+
+Why these bounds. Every instant a schedule holds is kept within ``MIN_INSTANT`` ..
+``MAX_INSTANT`` (years 2000..2200), and every duration at most ``MAX_EVERY`` (100 years):
+the furthest date arithmetic beat does is an instant plus one interval (the next slot on an
+interval grid), plus a day of zone offset, i.e. before year 2301, while ``datetime.max`` is
+year 9999 and ``timedelta`` holds 2.7 million years. So no sum, difference or multiple beat
+computes from accepted values can overflow, with thousands of years to spare, and no
+accepted value is near a limit a database stores (an interval in microseconds fits a
+64-bit integer up to 292,000 years).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 from . import timing
@@ -61,6 +73,35 @@ JSON_SHAPES: dict[str, tuple[type, str]] = {
     "headers": (dict, "object"),
 }
 
+# --- the ranges (R21); the README's "Ranges" table lists these ---------------------------
+
+#: an interval schedule's ``every``: a second at least (beat's loop and a broker round trip
+#: are not finer; a shorter interval is a hot loop, not a schedule) ...
+MIN_EVERY = dt.timedelta(seconds=1)
+#: ... and at most 100 years, so an instant plus one interval stays far inside ``datetime``
+MAX_EVERY = dt.timedelta(days=36525)
+#: every instant a schedule holds (``clocked_at``, ``next_fire_at``): from 2000 to 2200,
+#: UTC, far from ``datetime.min``/``max`` whatever beat adds to it (see the module doc)
+MIN_INSTANT = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+MAX_INSTANT = dt.datetime(2200, 1, 1, tzinfo=dt.UTC)
+#: ``startup_grace`` (per schedule and the setting): 0 (fire at once) to a week
+MAX_STARTUP_GRACE = dt.timedelta(days=7)
+#: ``catch_up_window`` (per schedule and the setting): more than 0, at most a year
+MAX_CATCH_UP_WINDOW = dt.timedelta(days=366)
+#: ``expire_seconds``: finite, more than 0, at most a year (Celery adds it to the send
+#: time; 10**12 s overflows the broker client's date arithmetic)
+MAX_EXPIRE_SECONDS = 366 * 86400.0
+#: AMQP's priority range (RabbitMQ, and Redis's emulation, read 0..255)
+MIN_PRIORITY, MAX_PRIORITY = 0, 255
+#: args/kwargs/headers nested deeper than this are refused (Python's JSON recursion fails
+#: near 1,000 levels, well before any size cap)
+MAX_JSON_DEPTH = 32
+#: ``DURABLEBEAT_MAX_MESSAGE_BYTES``: args, kwargs and headers together, serialised as JSON
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024
+MIN_MAX_MESSAGE_BYTES, MAX_MAX_MESSAGE_BYTES = 1024, 16 * 1024 * 1024
+#: fields that are one printable line: a newline in a name would forge log lines
+LINE_FIELDS = ("name", "task", "queue", "routing_key")
+
 
 def _shape_error(value: Any, expected: type, what: str) -> str | None:
     if not isinstance(value, expected):
@@ -78,34 +119,145 @@ def check_message_shapes(schedule: Schedule) -> None:
             raise timing.InvalidSchedule(name, msg)
 
 
-def _json_error(value: Any, expected: type, what: str) -> str | None:
-    if (msg := _shape_error(value, expected, what)) is not None:
-        return msg
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError) as exc:
-        return f"must be JSON-serialisable: {exc}"
+def json_depth_error(value: Any) -> str | None:
+    """Too deep to serialise safely? Walked without recursion, so any depth is answered."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, list | tuple | dict):
+            if depth > MAX_JSON_DEPTH:
+                return f"is nested deeper than {MAX_JSON_DEPTH} levels"
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
     return None
 
 
+def _json_size(value: Any, expected: type, what: str) -> tuple[str | None, int]:
+    """(error, serialised size in bytes) of one JSON field of the message."""
+    if (msg := _shape_error(value, expected, what)) is not None:
+        return msg, 0
+    if (msg := json_depth_error(value)) is not None:
+        return msg, 0
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:  # ValueError: NaN or infinity (not JSON)
+        return f"must be JSON-serialisable: {exc}", 0
+    return None, len(text.encode())
+
+
+def _message_errors(schedule: Schedule) -> dict[str, str]:
+    from .conf import settings
+
+    errors: dict[str, str] = {}
+    sizes: dict[str, int] = {}
+    for name, (expected, what) in JSON_SHAPES.items():
+        msg, sizes[name] = _json_size(getattr(schedule, name), expected, what)
+        if msg is not None:
+            errors[name] = msg
+    cap = settings.MAX_MESSAGE_BYTES
+    if not errors and sum(sizes.values()) > cap:
+        largest = max(sizes, key=lambda n: sizes[n])
+        errors[largest] = (
+            f"args, kwargs and headers serialise to {sum(sizes.values())} bytes together, "
+            f"over DURABLEBEAT_MAX_MESSAGE_BYTES ({cap})"
+        )
+    return errors
+
+
+def line_error(value: Any) -> str | None:
+    if isinstance(value, str) and not value.isprintable():
+        return "must be one printable line (no newline, tab or other control character)"
+    return None
+
+
+def instant_error(value: Any) -> str | None:
+    if not isinstance(value, dt.datetime) or value.utcoffset() is None:
+        return None  # not an instant: the field's own check (or Clocked's) refuses it
+    if not MIN_INSTANT <= value < MAX_INSTANT:
+        return (
+            f"must be from {MIN_INSTANT:%Y-%m-%d} to before {MAX_INSTANT:%Y-%m-%d} (UTC), "
+            f"got {value.isoformat()}"
+        )
+    return None
+
+
+def duration_error(
+    value: Any, low: dt.timedelta, high: dt.timedelta, *, low_open: bool = False
+) -> str | None:
+    """Outside ``low..high`` (``low`` excluded when ``low_open``)? Non-durations are the
+    field's own ``to_python``'s to refuse."""
+    if not isinstance(value, dt.timedelta):
+        return None
+    if value < low or (low_open and value == low):
+        return f"must be more than {_words(low)}" if low_open else f"must be at least {_words(low)}"
+    if value > high:
+        return f"must be at most {_words(high)}"
+    return None
+
+
+def _words(value: dt.timedelta) -> str:
+    seconds = value.total_seconds()
+    if seconds == 0:
+        return "0"
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        if seconds >= size and seconds % size == 0:
+            count = seconds // size
+            return f"{count:g} {unit}" + ("s" if count != 1 else "")
+    return f"{seconds:g} seconds"
+
+
+def expire_error(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "must be a number of seconds, not a bool"
+    if not isinstance(value, int | float):
+        return None  # the model field's own check names a string or other type
+    if not math.isfinite(value):
+        return f"must be a finite number of seconds, got {value!r}"
+    if not 0 < value <= MAX_EXPIRE_SECONDS:
+        return f"must be more than 0 and at most {MAX_EXPIRE_SECONDS:g} seconds, got {value!r}"
+    return None
+
+
+def priority_error(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "must be an integer, not a bool"
+    if isinstance(value, int) and not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        return f"must be from {MIN_PRIORITY} to {MAX_PRIORITY}, got {value}"
+    return None
+
+
+def _range_errors(schedule: Schedule) -> dict[str, str]:
+    checks = {
+        "every": duration_error(schedule.every, MIN_EVERY, MAX_EVERY),
+        "clocked_at": instant_error(schedule.clocked_at),
+        "next_fire_at": instant_error(schedule.next_fire_at),
+        "startup_grace": duration_error(schedule.startup_grace, dt.timedelta(0), MAX_STARTUP_GRACE),
+        "catch_up_window": duration_error(
+            schedule.catch_up_window, dt.timedelta(0), MAX_CATCH_UP_WINDOW, low_open=True
+        ),
+        "expire_seconds": expire_error(schedule.expire_seconds),
+        "priority": priority_error(schedule.priority),
+    }
+    checks |= {name: line_error(getattr(schedule, name)) for name in LINE_FIELDS}
+    return {name: msg for name, msg in checks.items() if msg is not None}
+
+
 def validate_schedule_fields(schedule: Schedule, *, check_task: bool = True) -> dict[str, str]:
-    """Every problem with a schedule row, as {model field: message}. Empty means valid."""
+    """Every problem with a schedule row, as {model field: message}. Empty means valid.
+
+    Safe on any values (``full_clean`` calls it even when a field's own check failed)."""
     errors: dict[str, str] = {}
     try:
         schedule.to_spec()
     except timing.InvalidSchedule as exc:
         errors[schedule.model_field_for(exc.field)] = exc.message
-    for name, (expected, what) in JSON_SHAPES.items():
-        if (msg := _json_error(getattr(schedule, name), expected, what)) is not None:
-            errors[name] = msg
-    if schedule.startup_grace is not None and schedule.startup_grace.total_seconds() < 0:
-        errors["startup_grace"] = "must not be negative"
-    if schedule.catch_up_window is not None and schedule.catch_up_window.total_seconds() <= 0:
-        errors["catch_up_window"] = "must be positive"
-    if schedule.expire_seconds is not None and schedule.expire_seconds <= 0:
-        errors["expire_seconds"] = "must be positive"
-    if check_task and schedule.task and (msg := task_name_error(schedule.task)) is not None:
-        errors["task"] = msg
+    for name, msg in (_message_errors(schedule) | _range_errors(schedule)).items():
+        errors.setdefault(name, msg)
+    task = schedule.task
+    if check_task and task and isinstance(task, str) and "task" not in errors:
+        unknown = task_name_error(task)
+        if unknown is not None:
+            errors["task"] = unknown
     return errors
 
 
