@@ -1,7 +1,8 @@
 """What really happened to a fire: the run's moves after publish (R11-R13).
 
-claimed -> published -> started -> succeeded | failed, and published/started -> lost
-(reclaimed, see ``reclaim``). Each move is one conditional UPDATE keyed on the run's task id,
+claimed -> published -> started -> succeeded | failed, published/started -> lost
+(reclaimed, see ``reclaim``), and published -> no news (no worker news within the bound,
+R22). Each move is one conditional UPDATE keyed on the run's task id,
 so it is safe to apply twice, in any order, from the worker's signals and from the result
 backend alike. "Later evidence wins": a completion turns a lost run into succeeded or failed,
 and nothing moves a succeeded or failed run again.
@@ -19,11 +20,17 @@ from django.db.models.functions import Coalesce
 from .enums import RunState
 from .models import Run, Schedule
 
-#: states a start may move on from: a lost run that starts was alive after all, and a
-#: started one that starts again was redelivered (acks_late after its worker died)
-STARTABLE = (RunState.CLAIMED, RunState.PUBLISHED, RunState.STARTED, RunState.LOST)
-#: states a completion may move on from (R11: a completion overrides lost)
-COMPLETABLE = (RunState.CLAIMED, RunState.PUBLISHED, RunState.STARTED, RunState.LOST)
+#: states a start may move on from: a lost (or no-news) run that starts was alive after all,
+#: and a started one that starts again was redelivered (acks_late after its worker died)
+STARTABLE = (
+    RunState.CLAIMED,
+    RunState.PUBLISHED,
+    RunState.STARTED,
+    RunState.LOST,
+    RunState.NO_NEWS,
+)
+#: states a completion may move on from (R11, R22: a completion overrides lost and no news)
+COMPLETABLE = STARTABLE
 #: error text kept on a run
 MAX_ERROR = 4000
 

@@ -166,6 +166,13 @@ class Settings:
         return self._duration("UNCONFIRMED_AFTER", 5 * 60, low_open=True, high=7 * DAY)
 
     @property
+    def NO_NEWS_AFTER(self) -> dt.timedelta:
+        """A published run with no worker news this long after its publish (or past its
+        message's expiry, when sooner) stops holding an ``overlap=skip`` schedule and is
+        marked ``no_news`` (R22)."""
+        return self._duration("NO_NEWS_AFTER", 120, low_open=True, high=7 * DAY)
+
+    @property
     def STUCK_THRESHOLD(self) -> dt.timedelta:
         """``check`` flags a schedule skipped for longer than this (R17)."""
         return self._duration("STUCK_THRESHOLD", 6 * 3600, low_open=True)

@@ -41,7 +41,8 @@ class Reason(models.TextChoices):
 
 
 class RunState(models.TextChoices):
-    """Where one fire is in its life (R11). Terminal: succeeded, failed, lost, skipped, missed."""
+    """Where one fire is in its life (R11, R22). Terminal: succeeded, failed, lost, skipped,
+    missed. ``no_news`` is the one documented non-terminal resting state."""
 
     CLAIMED = "claimed", "Claimed"  #: slot claimed and next fire advanced; not yet on the broker
     PUBLISHED = "published", "Published"  #: the broker accepted the message
@@ -49,6 +50,11 @@ class RunState(models.TextChoices):
     SUCCEEDED = "succeeded", "Succeeded"  #: the body returned normally (even past its soft limit)
     FAILED = "failed", "Failed"  #: an exception escaped the body, or the hard time limit killed it
     LOST = "lost", "Lost"  #: reclaimed: its worker is gone or it outlived its hard limit (R15)
+    #: published, then no worker news within the bound (``DURABLEBEAT_NO_NEWS_AFTER``, or the
+    #: message's expiry when shorter): the message was lost or its queue is not consumed. It
+    #: no longer holds an ``overlap=skip`` schedule; a later start or completion still moves
+    #: it on (R11, R22)
+    NO_NEWS = "no_news", "No news"
     SKIPPED = "skipped", "Skipped"  #: not sent: overlap policy or another recorded reason (R14)
     MISSED = "missed", "Missed"  #: not sent: the slot could not go out while it was worth sending
 

@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.db import DatabaseError
-from django.db.models import Count, Max, QuerySet
+from django.db.models import Count, Max, Min, Q, QuerySet
 from django.db.models.functions import Coalesce
 
 from . import conf, timing
-from .enums import IN_FLIGHT_STATES, Kind, RunState
+from .enums import Kind, RunState
 from .models import TIMING_FIELDS, Boot, Run, Schedule
 
 
@@ -189,8 +189,6 @@ def _describe_unresolved(state: str, runs: list[Run], now: dt.datetime) -> str:
     name = runs[0].schedule.name
     if state == RunState.CLAIMED:
         what = "claimed but never confirmed on the broker (is the broker reachable?)"
-    elif state == RunState.PUBLISHED:
-        what = "published but no worker started them (are workers consuming its queue?)"
     else:
         what = "started with no completion recorded (worker hung, or completion not recorded?)"
     return f"{name}: {len(runs)} run(s) {what}, the oldest for {ago(now, oldest)}"
@@ -200,7 +198,8 @@ def find_unresolved(now: dt.datetime) -> list[Finding]:
     s = conf.settings
     shortest = min(s.UNCONFIRMED_AFTER, s.UNRESOLVED_AFTER, s.RECLAIM_MARGIN + s.GC_INTERVAL)
     candidates = (
-        Run.objects.filter(state__in=IN_FLIGHT_STATES, claimed_at__lt=now - shortest)
+        # Published runs with no news are find_no_news's (R22).
+        Run.objects.filter(state__in=UNRESOLVED_STATES, claimed_at__lt=now - shortest)
         .select_related("schedule")
         .order_by("schedule__name", "state", "claimed_at")
     )
@@ -217,6 +216,37 @@ def find_unresolved(now: dt.datetime) -> list[Finding]:
             )
         )
     return findings
+
+
+#: in flight and reported by ``find_unresolved``
+UNRESOLVED_STATES = (RunState.CLAIMED, RunState.STARTED)
+
+
+def find_no_news(now: dt.datetime) -> list[Finding]:
+    """R22: runs published that no worker started within the no-news bound (a message the
+    broker lost, a queue nobody consumes), reported when they stop holding their schedule,
+    and for ``CHECK_LOOKBACK`` after, unless later news resolved them."""
+    s = conf.settings
+    runs = (
+        Run.objects.filter(
+            Q(state=RunState.NO_NEWS, claimed_at__gte=now - s.CHECK_LOOKBACK)
+            | Q(state=RunState.PUBLISHED, published_at__lt=now - s.NO_NEWS_AFTER)
+        )
+        .values("schedule__name")
+        .annotate(n=Count("id"), oldest=Min(Coalesce("published_at", "claimed_at")))
+        .order_by("schedule__name")
+    )
+    return [
+        Finding(
+            "no_news",
+            Severity.WARNING,
+            f"{g['schedule__name']}: {g['n']} run(s) published that no worker started "
+            f"(message lost by the broker, or its queue not consumed), the oldest sent "
+            f"{ago(now, g['oldest'])} ago; they no longer hold the schedule",
+            g["schedule__name"],
+        )
+        for g in runs
+    ]
 
 
 def no_success_bound(spec: timing.Spec, until: dt.datetime, periods: int) -> dt.datetime | None:
@@ -303,6 +333,7 @@ FINDERS: tuple[Callable[[dt.datetime], list[Finding]], ...] = (
     find_stuck,
     find_lost,
     find_unresolved,
+    find_no_news,
     find_no_success,
     find_bad_rows,
 )
@@ -324,6 +355,7 @@ SEVERITIES = {
     "stuck": Severity.CRITICAL,
     "lost_runs": Severity.WARNING,
     "unresolved_runs": Severity.WARNING,
+    "no_news": Severity.WARNING,
     "no_success": Severity.WARNING,
     "bad_row": Severity.WARNING,
     "database_unreachable": Severity.CRITICAL,

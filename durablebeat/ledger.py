@@ -29,8 +29,18 @@ from .models import (
     MissedSlots,
     Run,
     Schedule,
+    WorkerHeartbeat,
 )
-from .policy import Defer, Due, Fire, Miss
+from .policy import (
+    Defer,
+    Due,
+    Fire,
+    Miss,
+    StartedRun,
+    news_overdue,
+    no_news_bound,
+    reclaim_reason,
+)
 
 if TYPE_CHECKING:
     from .codesync import CodeEntry
@@ -254,9 +264,78 @@ def _record_missed(due: Due, missed: Any, boot_id: uuid.UUID, now: dt.datetime, 
     )
 
 
-def _in_flight(schedule_ids: Iterable[int]) -> dict[int, Run]:
-    runs = Run.objects.filter(schedule_id__in=list(schedule_ids), state__in=IN_FLIGHT_STATES)
-    return {r.schedule_id: r for r in runs.order_by("slot")}
+def _in_flight(schedule_ids: Iterable[int], now: dt.datetime) -> dict[int, Run]:
+    """R14 + R22: the latest run of each schedule with evidence that it is alive: started
+    on a worker that is alive and within its hard time limit, or claimed or published and
+    still inside the no-news bound. A published run past the bound is marked ``no_news``
+    here, so a lost write or a lost message never holds a schedule for ever."""
+    s = conf.settings
+    runs = list(
+        Run.objects.filter(schedule_id__in=list(schedule_ids), state__in=IN_FLIGHT_STATES)
+        .annotate(expire_seconds=F("schedule__expire_seconds"), schedule_name=F("schedule__name"))
+        .order_by("slot")
+    )
+    started = [r for r in runs if r.state == RunState.STARTED]
+    seen = worker_seen_at({(r.worker, r.worker_pid or 0) for r in started}) if started else {}
+    live: dict[int, Run] = {}
+    overdue: list[Run] = []
+    for run in runs:
+        if run.state == RunState.STARTED and run.started_at is not None:
+            view = StartedRun(run.started_at, run.worker, run.worker_pid, run.hard_time_limit)
+            seen_at = seen.get((run.worker, run.worker_pid or 0))
+            dead = reclaim_reason(view, seen_at, now, s.WORKER_DEAD_AFTER, s.RECLAIM_MARGIN)
+            if dead is None:
+                live[run.schedule_id] = run
+            continue  # a dead worker's run is the orphan reclaim's to mark lost (R15)
+        bound = no_news_bound(run.expire_seconds, s.NO_NEWS_AFTER)
+        if not news_overdue(run.published_at or run.claimed_at, bound, now):
+            live[run.schedule_id] = run
+        elif run.state == RunState.PUBLISHED:
+            overdue.append(run)
+        # A claimed run past the bound stays claimed: its publish is retried, or settled
+        # as in doubt (R9); it just no longer blocks.
+    mark_no_news(overdue, now)
+    return live
+
+
+def worker_seen_at(workers: Iterable[tuple[str, int]]) -> dict[tuple[str, int], dt.datetime]:
+    """The last liveness write of each (worker, pid) asked for that has one (R15)."""
+    wanted = set(workers)
+    rows = WorkerHeartbeat.objects.filter(worker__in={w for w, _ in wanted})
+    return {
+        (w, p): at for w, p, at in rows.values_list("worker", "pid", "seen_at") if (w, p) in wanted
+    }
+
+
+def no_news_detail(run: Run, bound: dt.timedelta) -> str:
+    sent = run.published_at or run.claimed_at
+    return (
+        f"no news since {sent.isoformat(timespec='seconds')}: no worker started it within "
+        f"{bound.total_seconds():g} s (message lost, or its queue not consumed); it no "
+        "longer holds its schedule (R22)"
+    )[:300]
+
+
+def mark_no_news(runs: Sequence[Run], now: dt.datetime) -> int:
+    """Published runs past their no-news bound: ``no_news`` with why. Only from published
+    (compare-and-set): a start or a completion that came meanwhile wins (R11)."""
+    s = conf.settings
+    moved = 0
+    for run in runs:
+        bound = no_news_bound(getattr(run, "expire_seconds", None), s.NO_NEWS_AFTER)
+        moved += Run.objects.filter(pk=run.pk, state=RunState.PUBLISHED).update(
+            state=RunState.NO_NEWS, detail=no_news_detail(run, bound)
+        )
+        name = getattr(run, "schedule_name", None) or run.schedule_id
+        logger.warning(
+            "no news schedule=%s slot=%s task_id=%s: no worker started it within %g s",
+            name,
+            run.slot.isoformat(),
+            run.task_id,
+            bound.total_seconds(),
+            extra={"event": "no_news", "schedule": name, "task_id": run.task_id},
+        )
+    return moved
 
 
 def _skip_reason(run: Run) -> str:
@@ -281,7 +360,7 @@ def claim(
     with transaction.atomic():
         _lock_in_order([d.id for d, _, _ in fires])
         skip_ids = [d.id for d, _, _ in fires if d.overlap == Overlap.SKIP]
-        busy = _in_flight(skip_ids) if skip_ids else {}
+        busy = _in_flight(skip_ids, now) if skip_ids else {}
         bulk: list[tuple[Due, Fire, Message]] = []
         for due, fire, message in fires:
             blocker = busy.get(due.id) if fire.reason != Reason.MANUAL else None

@@ -127,3 +127,55 @@ def _missed(
         rest = MissedRange(count - 1, first, latest) if count > 1 else None
         return Fire(latest, Reason.CATCH_UP, next_fire, missed=rest)
     return Miss(MissedRange(count, first, latest), next_fire)
+
+
+# --- is an earlier run still alive? (R14, R15, R22) ---------------------------------------
+
+
+@dataclass(frozen=True)
+class StartedRun:
+    """What the reclaim decision needs to know of one started run."""
+
+    started_at: dt.datetime
+    worker: str
+    worker_pid: int | None
+    hard_time_limit: float | None
+
+
+def reclaim_reason(
+    run: StartedRun,
+    worker_seen_at: dt.datetime | None,
+    now: dt.datetime,
+    dead_after: dt.timedelta,
+    margin: dt.timedelta,
+) -> str | None:
+    """Why ``run`` is dead, or None when there is no evidence that it is (R15)."""
+    if run.hard_time_limit is not None:
+        limit = dt.timedelta(seconds=run.hard_time_limit)
+        if now > run.started_at + limit + margin:
+            return (
+                f"ran past its hard time limit ({run.hard_time_limit:g} s) plus the reclaim "
+                f"margin ({margin.total_seconds():g} s)"
+            )
+    who = f"worker {run.worker or '?'} (pid {run.worker_pid})"
+    if worker_seen_at is None:
+        if now - run.started_at > dead_after:
+            return f"{who} has written no liveness row since the run started"
+        return None
+    if now - worker_seen_at > dead_after:
+        return f"{who} silent since {worker_seen_at.isoformat(timespec='seconds')}"
+    return None
+
+
+def no_news_bound(expire_seconds: float | None, no_news_after: dt.timedelta) -> dt.timedelta:
+    """How long after its publish a run with no worker news still counts as on its way
+    (R22): ``no_news_after``, or the message's expiry when that is sooner (past it, no
+    worker will start the message)."""
+    if expire_seconds is not None and 0 < expire_seconds < no_news_after.total_seconds():
+        return dt.timedelta(seconds=expire_seconds)
+    return no_news_after
+
+
+def news_overdue(sent_at: dt.datetime, bound: dt.timedelta, now: dt.datetime) -> bool:
+    """A claimed or published run whose worker news is overdue: it no longer blocks."""
+    return now - sent_at > bound

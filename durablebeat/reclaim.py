@@ -3,7 +3,7 @@
 A run whose worker died stays "started" for ever, and under ``overlap=skip`` its schedule
 skips for ever: the 13-day silent stop behind SPEC §4. So every beat runs this as a loop
 hook, at most every ``GC_INTERVAL`` across all beats and restarts (the last round's time is
-a row in the database, taken by compare-and-set), in two steps:
+a row in the database, taken by compare-and-set), in three steps:
 
 1. **Reconcile** (R13): runs with no worker news for ``UNCONFIRMED_AFTER``, and runs
    reclaimed lately, are looked up in the result backend; a recorded success or failure
@@ -12,8 +12,11 @@ a row in the database, taken by compare-and-set), in two steps:
 2. **Reclaim** (R15): a started run is marked lost only on evidence that it is dead: its
    worker's liveness row is older than ``WORKER_DEAD_AFTER``, or it has run past its hard
    time limit plus ``RECLAIM_MARGIN``. A run whose worker is alive and within its limit is
-   never touched. A run published but never started names no worker and is left to
-   ``check`` (an unresolved run), not guessed at.
+   never touched.
+3. **No news** (R22): a run published but never started names no worker, so it is not
+   reclaimed; past its no-news bound it is marked ``no_news`` (a message lost by the
+   broker, or a queue nobody consumes), which ``check`` reports and which no longer holds
+   an ``overlap=skip`` schedule. A start or completion that comes later still wins.
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 
 from . import completion, conf, ledger
 from .enums import RunState
 from .models import Marker, Run, WorkerHeartbeat
+from .policy import StartedRun, news_overdue, no_news_bound, reclaim_reason
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -43,44 +47,6 @@ ROUND_LIMIT = 500
 LOST_RECHECK_FOR = dt.timedelta(hours=24)
 #: liveness rows of worker processes silent this long are deleted (each start adds one)
 FORGET_WORKERS_AFTER = dt.timedelta(days=7)
-
-
-# --- the pure decision ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StartedRun:
-    """What the reclaim decision needs to know of one started run."""
-
-    started_at: dt.datetime
-    worker: str
-    worker_pid: int | None
-    hard_time_limit: float | None
-
-
-def reclaim_reason(
-    run: StartedRun,
-    worker_seen_at: dt.datetime | None,
-    now: dt.datetime,
-    dead_after: dt.timedelta,
-    margin: dt.timedelta,
-) -> str | None:
-    """Why ``run`` is dead, or None when there is no evidence that it is (R15)."""
-    if run.hard_time_limit is not None:
-        limit = dt.timedelta(seconds=run.hard_time_limit)
-        if now > run.started_at + limit + margin:
-            return (
-                f"ran past its hard time limit ({run.hard_time_limit:g} s) plus the reclaim "
-                f"margin ({margin.total_seconds():g} s)"
-            )
-    who = f"worker {run.worker or '?'} (pid {run.worker_pid})"
-    if worker_seen_at is None:
-        if now - run.started_at > dead_after:
-            return f"{who} has written no liveness row since the run started"
-        return None
-    if now - worker_seen_at > dead_after:
-        return f"{who} silent since {worker_seen_at.isoformat(timespec='seconds')}"
-    return None
 
 
 # --- the loop hook ---------------------------------------------------------------------------
@@ -144,6 +110,7 @@ def run_round(now: dt.datetime, boot_id: uuid.UUID | None) -> tuple[int, int]:
         )
         reconciled = 0
     done = reconciled, reclaim(now, boot_id)
+    mark_no_news(now)
     # A run of a forgotten worker reads as "no liveness row": still evidence of death.
     WorkerHeartbeat.objects.filter(seen_at__lt=now - FORGET_WORKERS_AFTER).delete()
     return done
@@ -163,7 +130,9 @@ def reconcile_results(now: dt.datetime, app: Any = None) -> int:
     unconfirmed = Q(state=RunState.PUBLISHED, published_at__lte=quiet_since) | Q(
         state=RunState.STARTED, started_at__lte=quiet_since
     )
-    lately_lost = Q(state=RunState.LOST, finished_at__gte=now - LOST_RECHECK_FOR)
+    lately_lost = Q(state=RunState.LOST, finished_at__gte=now - LOST_RECHECK_FOR) | Q(
+        state=RunState.NO_NEWS, claimed_at__gte=now - LOST_RECHECK_FOR
+    )
     task_ids = list(
         Run.objects.filter(unconfirmed | lately_lost)
         .exclude(task_id=None)
@@ -238,12 +207,7 @@ def reclaim(now: dt.datetime, boot_id: uuid.UUID | None) -> int:
     )
     if not runs:
         return 0
-    seen = {
-        (w, p): at
-        for w, p, at in WorkerHeartbeat.objects.filter(
-            worker__in={r.worker for r in runs}
-        ).values_list("worker", "pid", "seen_at")
-    }
+    seen = ledger.worker_seen_at({(r.worker, r.worker_pid or 0) for r in runs})
     reclaimed: list[str] = []
     for run in runs:
         view = StartedRun(run.started_at, run.worker, run.worker_pid, run.hard_time_limit)
@@ -273,3 +237,26 @@ def reclaim(now: dt.datetime, boot_id: uuid.UUID | None) -> int:
             extra={"event": "reclaim", "count": len(reclaimed)},
         )
     return len(reclaimed)
+
+
+# --- step 3: no news (R22) ------------------------------------------------------------------
+
+
+def mark_no_news(now: dt.datetime) -> int:
+    """Published runs of any schedule past their no-news bound become ``no_news``, so that
+    ``check``, ``status`` and the admin say so for ``overlap=allow`` schedules too (a skip
+    schedule's own are marked as soon as its next slot is claimed)."""
+    s = conf.settings
+    # Past NO_NEWS_AFTER, or with an expiry (a shorter bound, checked per run), oldest first.
+    candidates = (
+        Run.objects.filter(state=RunState.PUBLISHED, published_at__isnull=False)
+        .annotate(expire_seconds=F("schedule__expire_seconds"), schedule_name=F("schedule__name"))
+        .filter(Q(published_at__lt=now - s.NO_NEWS_AFTER) | Q(expire_seconds__isnull=False))
+        .order_by("published_at")[:ROUND_LIMIT]
+    )
+    overdue = [
+        run
+        for run in candidates
+        if news_overdue(run.published_at, no_news_bound(run.expire_seconds, s.NO_NEWS_AFTER), now)
+    ]
+    return ledger.mark_no_news(overdue, now)

@@ -13,8 +13,14 @@ the body is **failed**. A hard time limit kills the process before any signal: t
 stores FAILURE(TimeLimitExceeded) in the result backend, and beat reconciles it from there
 (``reclaim.reconcile_results``, R13).
 
-A tracking write that fails (the database blinked) is logged and never fails the task: the
-result backend reconciliation catches the run up.
+A tracking write never fails the task, and is never dropped on the first error (R22): one
+that fails (the database is cut) is kept, in order, in a bounded queue of this process and
+written by a background thread when the database answers. So is one whose run is not in the
+ledger yet: a fire beat sent from memory during a database outage is written by beat when
+the database is back, and its start and completion follow it. Every write is a conditional
+update, so writing one twice or late is harmless; a completion that arrives after the run
+was marked lost or no news still wins (R11). A process that exits with writes still pending
+logs each one it drops.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any
 from django.db import DatabaseError, close_old_connections, connection
 
 from . import clock, completion, conf
+from .backlog import Write, backlog
 from .models import WorkerHeartbeat
 
 logger = logging.getLogger("durablebeat")
@@ -37,6 +44,8 @@ logger = logging.getLogger("durablebeat")
 #: the header every durablebeat message carries (``ledger.Claim.headers``)
 MARK = "durablebeat_schedule"
 SOFT_SIGNAL = getattr(signal, "SIGUSR1", None)  # billiard's soft time limit signal
+#: seconds between liveness writes while they fail
+HEARTBEAT_RETRY = 2.0
 
 
 @dataclass
@@ -78,21 +87,23 @@ def main_pid() -> int:
     return _main_pid if _main_pid is not None else os.getpid()
 
 
-def _guarded(what: str, task_id: str, write: Any) -> None:
-    """Run one tracking write; a database error is logged, never raised into the task."""
+def _guarded(what: str, write: Any) -> bool:
+    """Make one write that the next one replaces (the liveness row); a database error is
+    logged, never raised. False when it failed."""
     try:
         close_old_connections()
         write()
     except DatabaseError as exc:
         with contextlib.suppress(DatabaseError):
             connection.close()
-        logger.warning(
-            "could not record %s of task %s (the result backend reconciles it): %s",
-            what,
-            task_id,
-            exc,
-            extra={"event": "tracking_failed", "task_id": task_id},
-        )
+        logger.warning("could not record %s: %s", what, exc, extra={"event": "heartbeat_failed"})
+        return False
+    return True
+
+
+def _record(what: str, event: completion.Started | completion.Finished) -> None:
+    """Write one move of a run now, or keep it for later (R22); never raises into the task."""
+    backlog.submit(Write(what, event))
 
 
 # --- signal receivers --------------------------------------------------------------------
@@ -106,7 +117,7 @@ def on_prerun(sender: Any = None, task_id: str = "", task: Any = None, **_: Any)
     _tracked[task_id] = tracked
     _watch_soft_limit(tracked)
     event = completion.Started(task_id, now, worker_name(task), main_pid(), hard_time_limit(task))
-    _guarded("the start", task_id, lambda: completion.start(event))
+    _record("the start", event)
 
 
 def on_postrun(
@@ -135,7 +146,7 @@ def on_postrun(
         soft_time_limit_exceeded=tracked.soft_fired or isinstance(retval, SoftTimeLimitExceeded),
         error=error,
     )
-    _guarded("the completion", task_id, lambda: completion.finish(event))
+    _record("the completion", event)
 
 
 def on_revoked(
@@ -159,7 +170,7 @@ def on_revoked(
     else:
         why = "revoked before it started"
     event = completion.Finished(task_id, clock.now(), succeeded=False, error=f"REVOKED: {why}")
-    _guarded("the revoke", task_id, lambda: completion.finish(event))
+    _record("the revoke", event)
 
 
 def _watch_soft_limit(tracked: _Tracked) -> None:
@@ -204,8 +215,12 @@ class _Heartbeat(threading.Thread):
 
     def run(self) -> None:
         while not self.stopping.is_set():
-            _guarded("the worker heartbeat", "-", self._write)
-            self.stopping.wait(conf.settings.WORKER_HEARTBEAT_INTERVAL.total_seconds())
+            wait = conf.settings.WORKER_HEARTBEAT_INTERVAL.total_seconds()
+            if not _guarded("the worker heartbeat", self._write):
+                # Back soon after the database returns, before beat takes this worker's
+                # silence during the outage for its death (R15, R22).
+                wait = min(wait, HEARTBEAT_RETRY)
+            self.stopping.wait(wait)
         with contextlib.suppress(DatabaseError):
             connection.close()
 
@@ -227,6 +242,12 @@ def on_worker_ready(sender: Any = None, **_: Any) -> None:
 def on_worker_shutdown(sender: Any = None, **_: Any) -> None:
     if _heartbeat is not None:
         _heartbeat.stopping.set()
+    backlog.drain()
+
+
+def on_process_shutdown(**_: Any) -> None:
+    """A pool process exits: write what it kept, or log each write it drops (R22)."""
+    backlog.drain()
 
 
 def on_worker_init(**_: Any) -> None:
@@ -246,6 +267,7 @@ def connect() -> None:
         (signals.task_revoked, on_revoked),
         (signals.worker_ready, on_worker_ready),
         (signals.worker_shutdown, on_worker_shutdown),
+        (signals.worker_process_shutdown, on_process_shutdown),
         (signals.worker_init, on_worker_init),
     ):
         sig.connect(receiver, weak=False, dispatch_uid=f"durablebeat.{receiver.__name__}")

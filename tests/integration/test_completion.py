@@ -13,6 +13,7 @@ from celery.exceptions import TimeLimitExceeded
 from django.db import OperationalError
 
 from durablebeat import completion, reclaim, tracking
+from durablebeat.backlog import Backlog
 from durablebeat.enums import RunState
 from durablebeat.models import Incident, Run, Schedule, WorkerHeartbeat
 from project.celery import app
@@ -142,8 +143,10 @@ class _FakeTask:
     app = app
 
 
-def test_a_failed_tracking_write_never_fails_the_task(flight, monkeypatch, caplog):
+def test_a_failed_tracking_write_never_fails_the_task_and_is_kept(flight, monkeypatch, caplog):
     run = flight()
+    kept = Backlog(background=False)
+    monkeypatch.setattr(tracking, "backlog", kept)
 
     def database_down(event):
         raise OperationalError("server closed the connection unexpectedly")
@@ -153,9 +156,14 @@ def test_a_failed_tracking_write_never_fails_the_task(flight, monkeypatch, caplo
     with caplog.at_level(logging.WARNING, logger="durablebeat"):
         tracking.on_prerun(task_id=run.task_id, task=_FakeTask())
         tracking.on_postrun(task_id=run.task_id, task=_FakeTask(), retval=1, state="SUCCESS")
-    assert [r.event for r in caplog.records] == ["tracking_failed", "tracking_failed"]
+    assert [r.event for r in caplog.records] == ["tracking_kept"]  # the second waits behind
+    assert [w.what for w in kept.kept] == ["the start", "the completion"]
     run.refresh_from_db()
-    assert run.state == RunState.PUBLISHED  # left for the result backend reconciliation
+    assert run.state == RunState.PUBLISHED
+    monkeypatch.undo()  # the database answers again (R22)
+    assert kept.flush() == "done"
+    run.refresh_from_db()
+    assert run.state == RunState.SUCCEEDED and run.worker == "w1@host"
 
 
 # --- the result backend (R13) ----------------------------------------------------------------

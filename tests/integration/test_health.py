@@ -164,11 +164,28 @@ def test_claimed_but_never_published_is_unresolved(healthy, make_run, t0):
     assert "never confirmed on the broker" in finding.message
 
 
-def test_published_long_ago_and_never_started_is_unresolved(healthy, make_run, t0):
-    make_run(healthy, t0 - 2 * H, state=RunState.PUBLISHED, published_at=t0 - 2 * H)
+def test_published_and_never_started_past_the_no_news_bound_is_no_news(healthy, make_run, t0):
+    """R22: reported when it stops holding its schedule (2 min by default), not an hour later."""
+    make_run(healthy, t0 - 3 * MIN, state=RunState.PUBLISHED, published_at=t0 - 3 * MIN)
     [finding] = health.findings(t0)
-    assert finding.code == "unresolved_runs"
-    assert "no worker started" in finding.message
+    assert (finding.code, finding.severity) == ("no_news", health.Severity.WARNING)
+    assert finding.schedule == "minutely" and "no worker started" in finding.message
+    assert health.exit_code([finding]) == 1
+
+
+def test_published_within_the_no_news_bound_is_silent(healthy, make_run, t0):
+    make_run(healthy, t0 - 90 * S, state=RunState.PUBLISHED, published_at=t0 - 90 * S)
+    assert codes(t0) == []
+
+
+def test_run_marked_no_news_is_reported_for_the_lookback_unless_news_came(healthy, make_run, t0):
+    run = make_run(healthy, t0 - H, state=RunState.NO_NEWS, published_at=t0 - H)
+    make_run(healthy, t0 - 30 * H, state=RunState.NO_NEWS, published_at=t0 - 30 * H)
+    [finding] = health.findings(t0)
+    assert finding.code == "no_news" and "1 run(s)" in finding.message
+    run.state = RunState.SUCCEEDED  # a late completion (R11)
+    run.save()
+    assert codes(t0) == []
 
 
 def test_started_past_its_hard_limit_plus_margin_is_unresolved(healthy, make_run, t0):
@@ -191,8 +208,8 @@ def test_runs_in_flight_within_their_limits_are_silent(healthy, make_run, t0):
         started_at=t0 - 10 * MIN,
         hard_time_limit=3600,
     )
-    make_run(healthy, t0 - 5 * MIN, state=RunState.PUBLISHED, published_at=t0 - 5 * MIN)
-    make_run(healthy, t0 - 1 * MIN, state=RunState.CLAIMED)
+    make_run(healthy, t0 - 1 * MIN, state=RunState.PUBLISHED, published_at=t0 - 1 * MIN)
+    make_run(healthy, t0 - 30 * S, state=RunState.CLAIMED)
     assert codes(t0) == []
 
 
@@ -338,6 +355,7 @@ def test_every_finding_at_once_each_with_its_documented_severity(
     Schedule.objects.filter(pk=starved.pk).update(stuck_since=t0 - 7 * H, stuck_reason="busy")
     make_run(starved, t0 - 2 * H, boot=stale, state=RunState.LOST, finished_at=t0 - H)
     make_run(starved, t0 - 10 * MIN, boot=stale, state=RunState.CLAIMED)
+    make_run(starved, t0 - 30 * MIN, state=RunState.PUBLISHED, published_at=t0 - 30 * MIN)
     broken = make_schedule("broken", every=60)
     Schedule.objects.filter(pk=broken.pk).update(error="every: bad")
     without_beat = {f.code for f in health.findings(t0)}

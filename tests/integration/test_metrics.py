@@ -114,6 +114,7 @@ def test_check_findings_are_exported(situation, t0):
         "stuck": 0,
         "lost_runs": 1,
         "unresolved_runs": 0,
+        "no_news": 0,
         "no_success": 0,
         "bad_row": 0,
     }
