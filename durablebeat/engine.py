@@ -8,6 +8,7 @@ writes what it did once the database is back (R5, fail open).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime as dt
 import logging
@@ -20,7 +21,7 @@ from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connection, transaction
 
-from . import clock, conf, ledger, notify, recovery, timing
+from . import clock, conf, ledger, notify, publishing, recovery, timing
 from .codesync import CodeEntry
 from .codesync import sync as sync_code
 from .enums import Reason
@@ -40,6 +41,17 @@ PUBLISH_GROUP = 200
 FIRST_BATCH = 10
 #: hooks run by the loop while the database answers, e.g. orphan reclaim (R15)
 Hook = Callable[["Engine", dt.datetime], None]
+#: the shortest sleep ``tick`` returns when it fired nothing (R21): a row that cannot be
+#: moved on, or a setting of zero, never turns the loop into a busy one
+MIN_SLEEP = 0.1
+#: while the database is down, a code schedule fires from memory at most this often (R21):
+#: a sub-second interval must not flood the broker; the slots in between are dropped, logged
+MEMORY_MIN_GAP = dt.timedelta(seconds=1)
+#: fires from memory kept for the ledger while the database is down (R5, R21): beyond this
+#: the oldest are dropped (they went out; only their record is lost), logged
+MAX_OUTAGE_FIRES = 20_000
+#: how often a dropping outage memory says so in the log
+DROP_LOG_EVERY = dt.timedelta(seconds=60)
 
 
 @dataclass
@@ -61,6 +73,16 @@ class _OutageFire:
     next_fire_at: dt.datetime | None
 
 
+@dataclass(frozen=True)
+class Refused:
+    """Why a publish did not go out. ``outage``: the broker could not be reached (the
+    claim is kept and retried, R5); otherwise the message was refused for its own content
+    (its slot fails, the rest of its group goes out, R21)."""
+
+    error: str
+    outage: bool
+
+
 @dataclass
 class Engine:
     code_entries: list[CodeEntry]
@@ -70,12 +92,15 @@ class Engine:
     hostname: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
     hooks: list[Hook] = field(default_factory=list)
+    #: the exceptions that mean "the broker is unreachable" (``publishing.broker_errors``);
+    #: any other exception a publish raises is about the message
+    broker_errors: tuple[type[BaseException], ...] = publishing.BROKER_UNAVAILABLE
 
     db_ok: bool = False
     booted: bool = False
     caught_up: set[int] = field(default_factory=set)
     plan: dict[str, _Planned] = field(default_factory=dict)
-    outage_fires: list[_OutageFire] = field(default_factory=list)
+    outage_fires: collections.deque[_OutageFire] = field(default_factory=collections.deque)
     retries: recovery.Retries = field(default_factory=recovery.Retries)
     #: when ``recovery.resend_in_doubt`` last looked for in-doubt claims
     in_doubt_looked_at: dt.datetime | None = None
@@ -85,6 +110,9 @@ class Engine:
     _bad_logged: set[tuple[int, str]] = field(default_factory=set)
     #: since when every tick has found a full batch due (a burst larger than one batch)
     _backlog_since: dt.datetime | None = None
+    #: outage memory dropped since it last said so in the log, and when it said so
+    _dropped: int = 0
+    _drop_logged_at: dt.datetime | None = None
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -171,11 +199,12 @@ class Engine:
             self.retries.run(self, now)
         recovery.resend_in_doubt(self, now)
         for hook in self.hooks:
-            hook(self, now)
+            self._run_hook(hook, now)
         horizon = now + dt.timedelta(seconds=s.MAX_INTERVAL)
         # A burst starts with a small batch, so that its first slots go out at once, and
         # goes on in full ones.
         limit = s.BATCH_SIZE if self._backlog_since is not None else min(s.BATCH_SIZE, FIRST_BATCH)
+        limit = max(1, limit)
         fires: list[tuple[Due, Fire, ledger.Message]] = []
         claims: list[ledger.Claim] = []
         try:
@@ -185,27 +214,47 @@ class Engine:
                 rows = ledger.fetch_due(now, horizon, limit, lock=True)
                 wake = self._decide(rows, now, fires)
                 if fires:
-                    claims = ledger.claim(fires, self.boot_id, now)
+                    bad: list[tuple[Due, Exception]] = []
+                    claims = ledger.claim(fires, self.boot_id, now, bad=bad)
+                    for due, exc in bad:  # R21: set aside, the rest of the batch is claimed
+                        self._bad_row(due.id, due.name, _describe(exc))
         except DatabaseError as exc:
             if not fires:
                 raise
             # R5: the claim write failed; the slots still go out, the ledger catches up later.
             self._fire_unclaimed(fires, now, exc)
             return 0.0
-        if fires:
+        if claims:
             self._publish(fires, claims, now)
         if len(rows) >= limit and (rows[-1].next_fire_at is None or rows[-1].next_fire_at <= now):
             # A full batch of due slots: there may be more behind it. (A full batch whose
             # last row is still to come is not a backlog: beat sleeps until its first.)
             self._backlog_since = self._backlog_since or now
-            return 0.0
+            # R21: straight on only when this batch fired; a batch that fired nothing (all
+            # deferred, set aside, or taken by another beat) never makes a busy loop.
+            return 0.0 if claims else MIN_SLEEP
         self._backlog_since = None
         retry_at = self.retries.next_wake()
         if retry_at is not None:
             wake = retry_at if wake is None else min(wake, retry_at)
         if wake is None:
-            return s.MAX_INTERVAL
-        return max(0.0, min(s.MAX_INTERVAL, (wake - now).total_seconds()))
+            return max(MIN_SLEEP, s.MAX_INTERVAL)
+        return max(MIN_SLEEP, min(s.MAX_INTERVAL, (wake - now).total_seconds()))
+
+    def _run_hook(self, hook: Hook, now: dt.datetime) -> None:
+        """A hook that fails for its own reasons is logged; firing goes on (R21). A database
+        error that is not about one row's values is the database's: R5's path."""
+        try:
+            hook(self, now)
+        except Exception as exc:
+            if not ledger.is_row_error(exc):
+                raise
+            logger.exception(
+                "beat hook %s failed: %s",
+                getattr(hook, "__name__", type(hook).__name__),
+                exc,
+                extra={"event": "hook_failed", "boot": str(self.boot_id)},
+            )
 
     def _decide(
         self,
@@ -214,7 +263,11 @@ class Engine:
         fires: list[tuple[Due, Fire, ledger.Message]],
     ) -> dt.datetime | None:
         """Sort the batch: what fires now goes into ``fires``; defers and misses are written
-        at once. Returns the earliest next fire seen, to sleep until."""
+        at once. Returns the earliest next fire seen, to sleep until.
+
+        R21: a row that raises anything while it is read, decided or moved on is set aside
+        as bad with its error; the rest of the batch goes on. Only a database error that is
+        not about the row propagates (R5)."""
         late_after = conf.settings.LATE_AFTER
         if self._backlog_since is not None:
             # A burst bigger than one batch: its last slots are late because this beat was
@@ -223,24 +276,40 @@ class Engine:
             late_after += now - self._backlog_since
         wake: dt.datetime | None = None
         for row in rows:
-            if row.next_fire_at is not None and row.next_fire_at > now:
-                wake = row.next_fire_at if wake is None else min(wake, row.next_fire_at)
-                continue
             try:
-                due = ledger.due_from_row(row)
+                if row.next_fire_at is not None and row.next_fire_at > now:
+                    wake = row.next_fire_at if wake is None else min(wake, row.next_fire_at)
+                    continue
+                due = self._due(row)
                 message = ledger.Message.for_row(row)
                 action = decide(due, now, late_after, due.id in self.caught_up)
-            except (timing.InvalidSchedule, ValueError) as exc:
-                self._bad_row(row, str(exc))
-                continue
-            if isinstance(action, Fire):
-                fires.append((due, action, message))
-            elif isinstance(action, Defer):
-                if ledger.apply_defer(due, action) and action.next_fire_at is not None:
-                    wake = action.next_fire_at if wake is None else min(wake, action.next_fire_at)
-            elif isinstance(action, Miss):
-                ledger.apply_miss(due, action, self.boot_id, now)
+                _check_moves_on(action, now)
+                if isinstance(action, Fire):
+                    fires.append((due, action, message))
+                    continue
+                with transaction.atomic():  # a savepoint: a refused write spoils no batch
+                    if isinstance(action, Defer):
+                        if ledger.apply_defer(due, action) and action.next_fire_at is not None:
+                            nxt = action.next_fire_at
+                            wake = nxt if wake is None else min(wake, nxt)
+                    else:
+                        ledger.apply_miss(due, action, self.boot_id, now)
+            except Exception as exc:
+                if not ledger.is_row_error(exc):
+                    raise
+                self._bad_row(row.pk, row.name, _describe(exc))
         return wake
+
+    @staticmethod
+    def _due(row: Any) -> Due:
+        """The policy's value of a row; a negative startup grace of its own (written around
+        the form) makes it bad: it would be deferred into the past for ever."""
+        due = ledger.due_from_row(row)
+        if due.startup_grace < dt.timedelta(0):
+            raise timing.InvalidSchedule(
+                "startup_grace", f"must not be negative, got {row.startup_grace}"
+            )
+        return due
 
     def _fire_unclaimed(
         self, fires: list[tuple[Due, Fire, ledger.Message]], now: dt.datetime, exc: Exception
@@ -259,7 +328,7 @@ class Engine:
                 message,
             )
             published = self.try_publish(claim, now) is None
-            self.outage_fires.append(
+            self._remember_outage_fire(
                 _OutageFire(
                     due.name,
                     fire.slot,
@@ -267,7 +336,8 @@ class Engine:
                     claim.task_id,
                     now if published else None,
                     fire.next_fire_at,
-                )
+                ),
+                now,
             )
             if due.name in self.plan:
                 self.plan[due.name].next_fire_at = fire.next_fire_at
@@ -279,7 +349,8 @@ class Engine:
         now: dt.datetime,
     ) -> None:
         """Publish what was claimed, after commit (R3), ``PUBLISH_GROUP`` claims per broker
-        round trip; one write confirms what went out."""
+        round trip; one write confirms what went out. A message refused for its own content
+        fails its slot only (R21); a broker outage keeps the unsent claims for retry (R5)."""
         by_id = {due.id: (due, fire) for due, fire, _ in fires}
         for due, fire in by_id.values():
             if fire.reason == Reason.CATCH_UP:
@@ -289,39 +360,53 @@ class Engine:
             if planned is not None:
                 planned.next_fire_at = by_id[claim.schedule_id or 0][1].next_fire_at
         published: list[int] = []
-        error: str | None = None
+        refused: list[tuple[ledger.Claim, str]] = []
+        outage: str | None = None
         for start in range(0, len(claims), PUBLISH_GROUP):
             group = claims[start : start + PUBLISH_GROUP]
             sent: list[ledger.Claim] = []
-            if error is None:
-                sent, error = self._send_group(group)
-            for claim in group[len(sent) :]:
-                # Not sent (the broker refused it, or one before it): keep it claimed and
-                # retry while it is worth sending (recovery.Retries) instead of dropping it.
+            if outage is None:
+                sent, refused_here, outage = self._send_group(group)
+                refused += refused_here
+            settled = {c.task_id for c in sent} | {c.task_id for c, _ in refused}
+            for claim in group:
+                if claim.task_id in settled:
+                    continue
+                # Not sent (the broker is unreachable): keep it claimed and retry while it
+                # is worth sending (recovery.Retries) instead of dropping it.
                 due, fire = by_id[claim.schedule_id or 0]
                 give_up = recovery.give_up_at(
                     fire.slot, fire.next_fire_at, due.catch_up, due.catch_up_window
                 )
-                self.retries.add(claim, give_up, now, error or "not sent")
+                self.retries.add(claim, give_up, now, outage or "not sent")
             for claim in sent:
                 self._log_fire(claim)
                 if claim.run_id is not None:
                     published.append(claim.run_id)
         ledger.mark_published(published, now)
+        self.unpublishable(refused, now)
 
-    def _send_group(self, group: list[ledger.Claim]) -> tuple[list[ledger.Claim], str | None]:
-        """Send claims in one batch; returns those sent, and the error that stopped the
-        rest. A batch whose sending failed counts as not sent: it is retried (kombu cannot
-        say which of its messages the broker took)."""
+    def _send_group(
+        self, group: list[ledger.Claim]
+    ) -> tuple[list[ledger.Claim], list[tuple[ledger.Claim, str]], str | None]:
+        """Send claims in one batch. Returns those sent, those refused for their own content
+        (with why), and the outage error that stopped the rest (None: no outage).
+
+        A batch whose send failed for the broker's sake counts as not sent: it is retried
+        (kombu cannot say which of its messages the broker took). One whose send failed
+        for any other reason is sent again one by one, to find the message at fault."""
         sent: list[ledger.Claim] = []
-        error: str | None = None
+        refused: list[tuple[ledger.Claim, str]] = []
         try:
             with self.publish_batch():
                 for claim in group:
-                    error = self._send(claim)
-                    if error is not None:
-                        break
-                    sent.append(claim)
+                    r = self._send(claim)
+                    if r is None:
+                        sent.append(claim)
+                    elif r.outage:
+                        return sent, refused, r.error  # the batch still sends ``sent``
+                    else:
+                        refused.append((claim, r.error))
         except Exception as exc:  # the batch's send at its exit
             cause = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
             error = f"{type(exc).__name__}: {exc}{cause}"
@@ -331,20 +416,54 @@ class Engine:
                 error,
                 extra={"event": "publish_failed", "count": len(sent)},
             )
-            sent = []
-        return sent, error
+            if self._broker_down(exc):
+                return [], refused, error
+            return self._send_one_by_one(sent, refused)
+        return sent, refused, None
 
-    def try_publish(self, claim: ledger.Claim, now: dt.datetime) -> str | None:
-        """Publish one claim; the broker's error as text, or None when it went out."""
-        error = self._send(claim)
-        if error is None:
+    def _send_one_by_one(
+        self, claims: list[ledger.Claim], refused: list[tuple[ledger.Claim, str]]
+    ) -> tuple[list[ledger.Claim], list[tuple[ledger.Claim, str]], str | None]:
+        sent: list[ledger.Claim] = []
+        for claim in claims:
+            r = self._send(claim)
+            if r is None:
+                sent.append(claim)
+            elif r.outage:
+                return sent, refused, r.error
+            else:
+                refused.append((claim, r.error))
+        return sent, refused, None
+
+    def unpublishable(self, refused: list[tuple[ledger.Claim, str]], now: dt.datetime) -> None:
+        """R21: claims whose message the broker client refused for its own content: each
+        run fails with why (run history, admin, ``check``); the slot is not retried."""
+        by_error: dict[str, list[int]] = {}
+        for claim, error in refused:
+            logger.error(
+                "unpublishable schedule=%s slot=%s: %s",
+                claim.schedule,
+                claim.slot.isoformat(),
+                error,
+                extra={"event": "unpublishable", "schedule": claim.schedule},
+            )
+            if claim.run_id is not None:
+                by_error.setdefault(error, []).append(claim.run_id)
+        for error, run_ids in by_error.items():
+            ledger.mark_unpublishable(run_ids, error, now)
+
+    def try_publish(self, claim: ledger.Claim, now: dt.datetime) -> Refused | None:
+        """Publish one claim; why it did not go out, or None when it went out."""
+        refused = self._send(claim)
+        if refused is None:
             self._log_fire(claim)
-        return error
+        return refused
 
-    def _send(self, claim: ledger.Claim) -> str | None:
+    def _send(self, claim: ledger.Claim) -> Refused | None:
         try:
             self.publish(claim)
         except Exception as exc:  # the broker's errors are many; beat must not die of any
+            outage = self._broker_down(exc)
             logger.error(
                 "publish failed schedule=%s slot=%s: %s",
                 claim.schedule,
@@ -352,8 +471,11 @@ class Engine:
                 exc,
                 extra={"event": "publish_failed", "schedule": claim.schedule},
             )
-            return f"{type(exc).__name__}: {exc}"
+            return Refused(f"{type(exc).__name__}: {exc}", outage)
         return None
+
+    def _broker_down(self, exc: BaseException) -> bool:
+        return isinstance(exc, self.broker_errors)
 
     @staticmethod
     def _log_fire(claim: ledger.Claim) -> None:
@@ -373,20 +495,29 @@ class Engine:
             },
         )
 
-    def _bad_row(self, row: object, message: str) -> None:
-        from .models import Schedule
-
-        assert isinstance(row, Schedule)
-        key = (row.pk, message)
+    def _bad_row(self, schedule_id: int, name: str, message: str) -> None:
+        """R20, R21: set a row aside with its error, in a savepoint of its own."""
+        key = (schedule_id, message)
         if key not in self._bad_logged:
             self._bad_logged.add(key)
             logger.error(
                 "schedule %s is invalid and is skipped (other schedules keep firing): %s",
-                row.name,
+                name,
                 message,
-                extra={"event": "bad_schedule", "schedule": row.name},
+                extra={"event": "bad_schedule", "schedule": name},
             )
-        ledger.mark_bad(row, message)
+        try:
+            with transaction.atomic():
+                ledger.set_aside(schedule_id, message)
+        except Exception as exc:
+            if not ledger.is_row_error(exc):
+                raise
+            logger.exception(
+                "could not set schedule %s aside: %s",
+                name,
+                exc,
+                extra={"event": "bad_schedule", "schedule": name},
+            )
 
     def _refresh_plan(self) -> None:
         """Keep the memory of code schedules close to the database, for an outage: a
@@ -405,17 +536,29 @@ class Engine:
         done = 0
         while self.outage_fires:
             f = self.outage_fires[0]
-            ledger.reconcile_outage_fire(
-                f.schedule,
-                f.slot,
-                f.reason,
-                f.task_id,
-                f.published_at,
-                f.next_fire_at,
-                self.boot_id,
-                now,
-            )
-            self.outage_fires.pop(0)  # written: not again if the database drops mid-way
+            try:
+                ledger.reconcile_outage_fire(
+                    f.schedule,
+                    f.slot,
+                    f.reason,
+                    f.task_id,
+                    f.published_at,
+                    f.next_fire_at,
+                    self.boot_id,
+                    now,
+                )
+            except Exception as exc:
+                if not ledger.is_row_error(exc):
+                    raise
+                # R21: one fire the ledger refuses never holds the rest of the reconciliation.
+                logger.exception(
+                    "could not write fire schedule=%s slot=%s from the outage: %s",
+                    f.schedule,
+                    f.slot.isoformat(),
+                    exc,
+                    extra={"event": "outage_reconcile_failed", "schedule": f.schedule},
+                )
+            self.outage_fires.popleft()  # written: not again if the database drops mid-way
             done += 1
         if done:
             logger.info(
@@ -423,6 +566,7 @@ class Engine:
                 done,
                 extra={"event": "outage_reconciled", "count": done},
             )
+        self._say_dropped(now, force=True)
         # Each fire moved its schedule's next fire on (never back); a schedule that did not
         # fire keeps what is stored, even when memory planned a grace at a boot without the
         # database.
@@ -432,13 +576,19 @@ class Engine:
     def _plan_from_code(self, now: dt.datetime) -> None:
         """R5 at boot: code entries only; intervals at now + grace, others at their next slot."""
         for e in self.code_entries:
-            if isinstance(e.spec, timing.Interval):
-                grace = (
-                    e.startup_grace if e.startup_grace is not None else conf.settings.STARTUP_GRACE
-                )
-                self.plan[e.name] = _Planned(e, now + grace, Reason.STARTUP_GRACE)
-            else:
-                self.plan[e.name] = _Planned(e, timing.next_slot(e.spec, now))
+            try:
+                if isinstance(e.spec, timing.Interval):
+                    grace = (
+                        e.startup_grace
+                        if e.startup_grace is not None
+                        else conf.settings.STARTUP_GRACE
+                    )
+                    self.plan[e.name] = _Planned(e, now + grace, Reason.STARTUP_GRACE)
+                else:
+                    self.plan[e.name] = _Planned(e, timing.next_slot(e.spec, now))
+            except Exception as exc:  # R21: one entry never stops the others
+                self._memory_bad(e.name, exc)
+                self.plan[e.name] = _Planned(e, None)
 
     def _tick_memory(self, now: dt.datetime) -> float:
         s = conf.settings
@@ -453,14 +603,20 @@ class Engine:
                 wake = min(wake, slot)
                 continue
             e = planned.entry
-            message = ledger.Message.for_entry(e)
+            try:
+                message = ledger.Message.for_entry(e)
+                nxt = self._memory_next(e.spec, slot, now)
+            except Exception as exc:  # R21: set aside in memory, the others keep firing
+                self._memory_bad(name, exc)
+                planned.next_fire_at = None
+                continue
             claim = ledger.Claim(
                 None, str(uuid.uuid4()), None, name, slot, planned.reason, self.boot_id, message
             )
             published = self.try_publish(claim, now) is None
-            planned.next_fire_at = timing.advance(e.spec, slot, now)
+            planned.next_fire_at = nxt
             planned.reason = Reason.SCHEDULED
-            self.outage_fires.append(
+            self._remember_outage_fire(
                 _OutageFire(
                     name,
                     slot,
@@ -468,8 +624,77 @@ class Engine:
                     claim.task_id,
                     now if published else None,
                     planned.next_fire_at,
-                )
+                ),
+                now,
             )
             if planned.next_fire_at is not None:
                 wake = min(wake, planned.next_fire_at)
-        return max(0.0, (wake - now).total_seconds())
+        self._say_dropped(now)
+        return max(MIN_SLEEP, (wake - now).total_seconds())
+
+    def _memory_next(
+        self, spec: timing.Spec, slot: dt.datetime, now: dt.datetime
+    ) -> dt.datetime | None:
+        """The next fire from memory: on the schedule's grid, and not sooner than
+        ``MEMORY_MIN_GAP`` (R21: the slots in between are dropped and counted)."""
+        nxt = timing.advance(spec, slot, now)
+        floor = now + MEMORY_MIN_GAP
+        if nxt is None or nxt >= floor:
+            return nxt
+        later = timing.advance(spec, slot, floor - dt.timedelta(microseconds=1))
+        if isinstance(spec, timing.Interval) and later is not None:
+            self._dropped += max(0, (later - nxt) // spec.every)
+        else:
+            self._dropped += 1
+        return later
+
+    def _remember_outage_fire(self, fire: _OutageFire, now: dt.datetime) -> None:
+        """Keep a fire for the ledger; a full memory drops its oldest (R21)."""
+        if len(self.outage_fires) >= MAX_OUTAGE_FIRES:
+            self.outage_fires.popleft()
+            self._dropped += 1
+        self.outage_fires.append(fire)
+
+    def _say_dropped(self, now: dt.datetime, force: bool = False) -> None:
+        """What the outage memory dropped, in one log event, at most every
+        ``DROP_LOG_EVERY`` (and when the database is back)."""
+        if not self._dropped:
+            return
+        last = self._drop_logged_at
+        if not force and last is not None and now - last < DROP_LOG_EVERY:
+            return
+        logger.warning(
+            "outage memory dropped %d fire(s) or slot(s): at most one fire per schedule "
+            "every %ss from memory, and at most %d fires kept for the ledger",
+            self._dropped,
+            MEMORY_MIN_GAP.total_seconds(),
+            MAX_OUTAGE_FIRES,
+            extra={"event": "outage_memory_dropped", "count": self._dropped},
+        )
+        self._dropped, self._drop_logged_at = 0, now
+
+    def _memory_bad(self, name: str, exc: Exception) -> None:
+        logger.error(
+            "schedule %s cannot be fired from memory and is skipped: %s",
+            name,
+            _describe(exc),
+            extra={"event": "bad_schedule", "schedule": name},
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception as a row's ``error``: a refused field names itself (R20), anything
+    else names its type."""
+    if isinstance(exc, timing.InvalidSchedule):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _check_moves_on(action: Fire | Defer | Miss, now: dt.datetime) -> None:
+    """R21: an action that would leave the row's next fire in the past would find it due
+    again at once, for ever: the row is bad, not the loop's to spin on."""
+    nxt = action.next_fire_at
+    if nxt is not None and nxt < now:
+        raise timing.InvalidSchedule(
+            "next_fire_at", f"cannot move on: its next fire would be {nxt.isoformat()}, past"
+        )

@@ -14,7 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, connection, transaction
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, DataError, IntegrityError, connection, transaction
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Coalesce
 
@@ -346,7 +347,10 @@ def _skip_reason(run: Run) -> str:
 
 
 def claim(
-    fires: Sequence[tuple[Due, Fire, Message]], boot_id: uuid.UUID, now: dt.datetime
+    fires: Sequence[tuple[Due, Fire, Message]],
+    boot_id: uuid.UUID,
+    now: dt.datetime,
+    bad: list[tuple[Due, Exception]] | None = None,
 ) -> list[Claim]:
     """R3 + R4 + R14 for a batch: in one transaction, for each due slot, compare-and-set the
     next fire and insert its run (or its skipped entry). The caller publishes after commit.
@@ -355,7 +359,75 @@ def claim(
     rows are locked in id order, moved on by one ``UPDATE ... FROM (VALUES ...)`` whose
     ``WHERE next_fire_at = <as read>`` is the compare-and-set, and their runs inserted by one
     ``INSERT``; a batch costs a handful of statements whatever its size. The rest (skips,
-    catch-ups with missed slots, one-offs) go one by one as before."""
+    catch-ups with missed slots, one-offs) go one by one as before.
+
+    ``bad`` (R21): when given, a batch that raises an error about its rows' values (see
+    ``is_row_error``) is claimed again one slot at a time, each in its own savepoint; a slot
+    that raises there is left out and reported in ``bad``, the others are claimed. An error
+    about the database itself (unreachable, schema) propagates as before (R5)."""
+    if bad is None:
+        return _claim_batch(fires, boot_id, now)
+    try:
+        return _claim_batch(fires, boot_id, now)
+    except Exception as exc:
+        if not is_row_error(exc):
+            raise
+        logger.warning(
+            "claim of a batch of %d failed, claiming one by one: %s: %s",
+            len(fires),
+            type(exc).__name__,
+            exc,
+            extra={"event": "claim_split", "count": len(fires)},
+        )
+    claims: list[Claim] = []
+    for one in fires:
+        try:
+            claims += _claim_batch([one], boot_id, now)
+        except Exception as exc:
+            if not is_row_error(exc):
+                raise
+            bad.append((one[0], exc))
+    return claims
+
+
+def is_row_error(exc: BaseException) -> bool:
+    """R21: an exception about one row's values (an overflow, a type, a value the database
+    refuses): that row is set aside and the rest of its batch goes on. Every other database
+    error (unreachable, missing table, permissions) is about the database, which every row
+    would meet: R5's outage path, R23. A setting out of range is nobody's row either."""
+    if isinstance(exc, ImproperlyConfigured):
+        return False
+    return not isinstance(exc, DatabaseError) or isinstance(exc, DataError | IntegrityError)
+
+
+def set_aside(schedule_id: int, error: str) -> None:
+    """R20/R21 by id: a row that raised at run time is set aside with its error (one line
+    of text the database can store), shown by ``check`` and the admin."""
+    text = error.replace("\x00", "\\x00")[:2000] or "unusable row"
+    Schedule.objects.filter(pk=schedule_id).update(error=text)
+
+
+def mark_unpublishable(run_ids: Sequence[int], error: str, now: dt.datetime) -> None:
+    """R21: the broker client refused these claimed slots' message for its own content (not
+    an outage): each run fails with why, and its schedule's last outcome says so, so that
+    the run history, the admin and ``check`` show it. The slot is not retried."""
+    if not run_ids:
+        return
+    error = error.replace("\x00", "\\x00")
+    detail = f"not published, the message was refused: {error}"[:300]
+    with transaction.atomic():
+        runs = Run.objects.filter(pk__in=list(run_ids), state=RunState.CLAIMED)
+        schedule_ids = list(runs.values_list("schedule_id", flat=True))
+        runs.update(state=RunState.FAILED, detail=detail, error=error, finished_at=now)
+        Schedule.objects.filter(pk__in=schedule_ids).exclude(last_failed_at__gt=now).update(
+            last_failed_at=now, last_outcome=RunState.FAILED
+        )
+
+
+def _claim_batch(
+    fires: Sequence[tuple[Due, Fire, Message]], boot_id: uuid.UUID, now: dt.datetime
+) -> list[Claim]:
+    """``claim`` of one batch in one savepoint: all of it, or nothing and an exception."""
     claims: dict[int, Claim] = {}
     with transaction.atomic():
         _lock_in_order([d.id for d, _, _ in fires])

@@ -4,8 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
+from kombu.exceptions import OperationalError
+
 from . import clock, ledger
 from .models import Schedule
+
+#: a publish that raises one of these found the broker unreachable (R5: the claim is kept
+#: and retried); anything else is about the message itself (R21: its slot fails). kombu
+#: raises ``OperationalError`` for a connection it could not (re)establish.
+BROKER_UNAVAILABLE: tuple[type[BaseException], ...] = (OSError, OperationalError)
+
+
+def broker_errors(connection: Any) -> tuple[type[BaseException], ...]:
+    """``BROKER_UNAVAILABLE`` and the transport's own connection and channel errors (redis'
+    ``ConnectionError``, AMQP's channel errors...), read from a kombu connection without
+    connecting. A plain Python error a transport lists (kombu's virtual transports list
+    ``KeyError``) says nothing about the broker: a message's own content raises those."""
+    own = tuple(connection.connection_errors) + tuple(connection.channel_errors)
+    return BROKER_UNAVAILABLE + tuple(
+        e
+        for e in own
+        if isinstance(e, type) and (e.__module__ != "builtins" or issubclass(e, OSError))
+    )
 
 
 def send(app: Any, claim: ledger.Claim, producer: Any = None) -> None:

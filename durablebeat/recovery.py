@@ -58,8 +58,10 @@ class Retries:
         return min((p.next_try for p in self.pending.values()), default=None)
 
     def run(self, engine: Engine, now: dt.datetime) -> None:
-        """Try what is due; stop at the first failure (the broker is still down)."""
+        """Try what is due; stop at the first outage (the broker is still down). A message
+        refused for its own content fails its slot and the others are still tried (R21)."""
         published: list[int] = []
+        refused: list[tuple[ledger.Claim, str]] = []
         for key, item in sorted(self.pending.items(), key=lambda kv: kv[1].claim.slot):
             if now >= item.give_up_at:
                 self._give_up(engine, item, now)
@@ -67,19 +69,24 @@ class Retries:
                 continue
             if item.next_try > now:
                 continue
-            error = engine.try_publish(item.claim, now)
-            if error is None:
+            failure = engine.try_publish(item.claim, now)
+            if failure is None:
                 if item.claim.run_id is not None:
                     published.append(item.claim.run_id)
                 del self.pending[key]
                 continue
+            if not failure.outage:
+                refused.append((item.claim, failure.error))
+                del self.pending[key]
+                continue
             item.attempts += 1
-            item.error = error
+            item.error = failure.error
             item.next_try = now + min(MAX_RETRY, FIRST_RETRY * 2 ** (item.attempts - 1))
             for other in self.pending.values():  # one failure says the broker is down
                 other.next_try = max(other.next_try, item.next_try)
             break
         ledger.mark_published(published, now)
+        engine.unpublishable(refused, now)
 
     @staticmethod
     def _give_up(engine: Engine, item: PendingPublish, now: dt.datetime) -> None:
@@ -137,8 +144,15 @@ def resend_in_doubt(engine: Engine, now: dt.datetime) -> None:
             continue
         try:
             message = ledger.Message.for_row(schedule)
-        except timing.InvalidSchedule as exc:
-            engine._bad_row(schedule, str(exc))
+        except Exception as exc:  # R21: whatever the row raises, it alone is set aside
+            if not ledger.is_row_error(exc):
+                raise
+            why = (
+                str(exc)
+                if isinstance(exc, timing.InvalidSchedule)
+                else f"{type(exc).__name__}: {exc}"
+            )
+            engine._bad_row(schedule.pk, schedule.name, why)
             continue  # settled once the row is fixed, inside its window
         if not ledger.take_over(run.pk, old_boot, engine.boot_id):
             continue  # another beat took it
@@ -152,7 +166,10 @@ def resend_in_doubt(engine: Engine, now: dt.datetime) -> None:
             engine.boot_id,
             message,
         )
-        if engine.try_publish(claim, now) is None:
+        failure = engine.try_publish(claim, now)
+        if failure is None:
             ledger.mark_published([run.pk], now)
+        elif not failure.outage:
+            engine.unpublishable([(claim, failure.error)], now)
         else:
             engine.retries.add(claim, run.slot + window, now, "broker unreachable")

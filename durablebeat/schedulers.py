@@ -16,7 +16,7 @@ from celery.beat import Scheduler
 
 from . import clock, conf, ledger, notify, publishing
 from .codesync import BadEntry, celery_timezone, parse_beat_schedule
-from .engine import PUBLISH_GROUP, Engine
+from .engine import MIN_SLEEP, PUBLISH_GROUP, Engine
 
 logger = logging.getLogger("durablebeat")
 
@@ -49,6 +49,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             publish=self._send,
             publish_batch=self._batch,
             hooks=default_hooks(),
+            broker_errors=publishing.broker_errors(self.connection),
         )
 
     @property
@@ -68,7 +69,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
                 raise  # a bad beat_schedule: fail the boot loudly
             # Beat must never exit because of one bad tick (R5): log and look again soon.
             logger.exception("beat tick failed", extra={"event": "tick_failed"})
-            return float(self.max_interval)
+            return max(MIN_SLEEP, float(self.max_interval))  # never a busy loop (R21)
         if interval > 0 and self.engine.db_ok and self._listener.available():
             self._listener.wait(interval)  # woken early by a schedule change (R6)
             return 0.0
