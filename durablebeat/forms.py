@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.forms.fields import InvalidJSONInput
 from django.utils.dateparse import parse_duration as django_parse_duration
 
 from .enums import Reason
@@ -43,6 +44,12 @@ class JSONTextField(forms.JSONField):
             help_text=help_text,
             widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
         )
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:  # re-shown as typed, with the error, not a 500
+            return InvalidJSONInput(data)
 
     def to_python(self, value: Any) -> Any:
         if self.disabled:
