@@ -12,11 +12,14 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.utils import unquote
+from django.contrib.admin.views.main import ChangeList
+from django.contrib.admin.widgets import AdminSplitDateTime
 from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, models
-from django.db.models import Count, Q, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
+from django.db.models import Count, Max, Min, Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -55,10 +58,26 @@ _OUTCOME_COLOURS = {
 
 
 def local(value: dt.datetime | None) -> str:
-    """An instant in the admin's time zone, with the zone said."""
+    """An instant in the admin's time zone, with the zone said; in UTC at the calendar's
+    edges, where the local time would fall outside it (R21)."""
     if value is None:
         return "-"
-    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+    try:
+        value = timezone.localtime(value)
+    except OverflowError:
+        return report.absolute(value)
+    return f"{value.year:04d}{value:-%m-%d %H:%M:%S %Z}"
+
+
+class EdgeSafeSplitDateTime(AdminSplitDateTime):
+    """The admin's date and time boxes; an instant that has no local time (the calendar's
+    edges, in a zone east or west of UTC) is shown as its UTC value instead of a 500."""
+
+    def decompress(self, value: Any) -> list[Any]:
+        try:
+            return list(super().decompress(value))
+        except OverflowError:
+            return [value.date(), value.time()]
 
 
 def _instant(value: dt.datetime | None) -> str:
@@ -149,7 +168,9 @@ class ScheduleAdmin(_ScheduleAdminBase):
     )
     search_fields = ("name", "task", "description")
     actions = ("enable", "disable", "run_now", "reset_next_fire")
-    formfield_overrides = {models.DateTimeField: {"form_class": ShownToTheSecondField}}
+    formfield_overrides = {
+        models.DateTimeField: {"form_class": ShownToTheSecondField, "widget": EdgeSafeSplitDateTime}
+    }
     save_on_top = True
     _status_fields = (
         "schedule_in_words",
@@ -441,7 +462,12 @@ class ScheduleAdmin(_ScheduleAdminBase):
         return require_POST(self._run_now_view)(request, object_id)
 
     def _run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        row = get_object_or_404(Schedule, pk=object_id)
+        # Permission first: a 404 for an unknown id would tell anyone which ids exist.
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        row = self.get_object(request, unquote(object_id))  # None for "abc" too, not a 500
+        if row is None:
+            raise Http404(f"no schedule with id {object_id!r}")
         if not self.has_change_permission(request, row):
             raise PermissionDenied
         self._run_one(request, row)
@@ -478,7 +504,28 @@ def health_context(now: dt.datetime) -> dict[str, Any]:
 
 
 class ReadOnlyAdmin(_AnyAdminBase):
-    """View permission shows it; nobody adds, edits or deletes history here."""
+    """View permission shows it; nobody adds, edits or deletes history here.
+
+    Every datetime field ``x`` is shown as ``x_shown``, through ``local``: Django's own
+    display converts to the admin's time zone and raises at the calendar's edges (R21).
+    """
+
+    def __init__(self, model: Any, admin_site: Any) -> None:
+        super().__init__(model, admin_site)
+        self._instants = {
+            f.name: f.verbose_name
+            for f in model._meta.fields
+            if isinstance(f, models.DateTimeField)
+        }
+        for name, label in self._instants.items():
+            shown = admin.display(description=label, ordering=name)(
+                lambda obj, name=name: local(getattr(obj, name))
+            )
+            setattr(self, f"{name}_shown", shown)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = super().get_fields(request, obj)
+        return [f"{f}_shown" if f in self._instants else f for f in fields]
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -513,6 +560,23 @@ class RunAdmin(ReadOnlyAdmin):
     list_select_related = ("schedule", "boot")
     search_fields = ("task_id", "schedule__name", "worker", "detail")
     date_hierarchy = "slot"
+
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        """Django's date drill-down raises at the calendar's edges: for ``slot__year=9999``
+        (the year after it does not exist) and for slots with no local time. The first is
+        a bad lookup (Django redirects with ``?e=1``); the second hides the drill-down."""
+        try:
+            changelist = super().get_changelist_instance(request)
+        except (ValueError, OverflowError) as exc:
+            raise IncorrectLookupParameters(exc) from exc
+        edges = changelist.queryset.aggregate(first=Min("slot"), last=Max("slot"))
+        try:
+            for value in edges.values():
+                if value is not None:
+                    timezone.localtime(value)
+        except OverflowError:
+            changelist.date_hierarchy = None
+        return changelist
 
     @admin.display(description="slot", ordering="slot")
     def slot_at(self, obj: Run) -> str:
@@ -597,17 +661,24 @@ class BootAdmin(ReadOnlyAdmin):
 
 @admin.register(MissedSlots)
 class MissedSlotsAdmin(ReadOnlyAdmin):
-    list_display = ("recorded_at", "schedule", "count", "first_slot", "last_slot", "reason")
+    list_display = (
+        "recorded_at_shown",
+        "schedule",
+        "count",
+        "first_slot_shown",
+        "last_slot_shown",
+        "reason",
+    )
     list_filter = (("schedule", admin.RelatedOnlyFieldListFilter),)
     list_select_related = ("schedule",)
 
 
 @admin.register(Incident)
 class IncidentAdmin(ReadOnlyAdmin):
-    list_display = ("at", "kind", "count", "detail")
+    list_display = ("at_shown", "kind", "count", "detail")
     list_filter = ("kind",)
 
 
 @admin.register(WorkerHeartbeat)
 class WorkerHeartbeatAdmin(ReadOnlyAdmin):
-    list_display = ("worker", "pid", "seen_at")
+    list_display = ("worker", "pid", "seen_at_shown")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import itertools
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -22,6 +23,8 @@ from django.db.models.functions import Coalesce
 from . import conf, timing
 from .enums import Kind, RunState
 from .models import TIMING_FIELDS, Boot, Run, Schedule
+
+logger = logging.getLogger("durablebeat")
 
 
 class Severity(enum.IntEnum):
@@ -41,7 +44,10 @@ class Finding:
     schedule: str | None = None
 
     def line(self) -> str:
-        return f"{self.severity.name} {self.code}: {self.message}"
+        """One line, whatever a name or an error holds: a newline cannot forge a finding."""
+        from .report import one_line
+
+        return one_line(f"{self.severity.name} {self.code}: {self.message}")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self) | {"severity": self.severity.name.lower()}
@@ -52,6 +58,49 @@ def ago(now: dt.datetime, then: dt.datetime) -> str:
     from .report import duration_words
 
     return duration_words(now - then)
+
+
+# --- a broken row is a finding, never a crash (R21) ----------------------------------------
+
+
+def unreadable_row(name: str, what: str, exc: Exception) -> Finding:
+    """A row whose values ``check`` cannot compute with: named, so that a person can fix it."""
+    logger.warning(
+        "check cannot compute %s for schedule=%s: %r",
+        what,
+        name,
+        exc,
+        extra={"event": "check_row_error", "schedule": name},
+    )
+    return Finding(
+        "bad_row",
+        Severity.WARNING,
+        f"{name}: check cannot compute {what} from this row ({type(exc).__name__}: {exc}); "
+        "fix or reset it",
+        name,
+    )
+
+
+def _each_row(
+    rows: Iterable[Schedule], what: str, build: Callable[[Schedule], Finding | None]
+) -> list[Finding]:
+    """``build`` for every row; a row it raises on becomes a ``bad_row`` finding naming it.
+
+    Any exception, not a list of known ones: rows hold what a migration, a script or an older
+    version left, and the check is what an operator reads when something is wrong. Only a
+    database error propagates (``check`` reports it as ``database_unreachable``).
+    """
+    found = []
+    for row in rows:
+        try:
+            finding = build(row)
+        except DatabaseError:
+            raise
+        except Exception as exc:
+            finding = unreadable_row(row.name, what, exc)
+        if finding is not None:
+            found.append(finding)
+    return found
 
 
 # --- beat liveness ------------------------------------------------------------------------
@@ -103,30 +152,32 @@ def find_overdue(now: dt.datetime) -> list[Finding]:
         return []  # no_beat says it; every schedule being late is its consequence
     limit = now - conf.settings.OVERDUE_TOLERANCE
     rows = _active().filter(next_fire_at__lt=limit).order_by("next_fire_at")
-    return [
-        Finding(
+    return _each_row(
+        rows,
+        "how overdue it is",
+        lambda row: Finding(
             "overdue",
             Severity.CRITICAL,
             f"{row.name}: next fire was {row.next_fire_at:%Y-%m-%d %H:%M:%S} UTC, "
             f"{ago(now, row.next_fire_at)} ago, and beat is alive but has not fired it",
             row.name,
-        )
-        for row in rows
-    ]
+        ),
+    )
 
 
 def find_stuck(now: dt.datetime) -> list[Finding]:
     limit = now - conf.settings.STUCK_THRESHOLD
     rows = _active().filter(stuck_since__lt=limit).order_by("stuck_since")
-    return [
-        Finding(
+    return _each_row(
+        rows,
+        "how long it is stuck",
+        lambda row: Finding(
             "stuck",
             Severity.CRITICAL,
             f"{row.name}: every fire skipped for {ago(now, row.stuck_since)}: {row.stuck_reason}",
             row.name,
-        )
-        for row in rows
-    ]
+        ),
+    )
 
 
 def find_bad_rows(now: dt.datetime) -> list[Finding]:
@@ -180,7 +231,11 @@ def _unresolved_after(run: Run) -> dt.timedelta:
         return s.UNCONFIRMED_AFTER  # the publish was never confirmed: broker trouble
     if run.state == RunState.STARTED and run.hard_time_limit:
         # Orphan reclaim should have ended it by then (R15).
-        return dt.timedelta(seconds=run.hard_time_limit) + s.RECLAIM_MARGIN + s.GC_INTERVAL
+        try:
+            return dt.timedelta(seconds=run.hard_time_limit) + s.RECLAIM_MARGIN + s.GC_INTERVAL
+        except (OverflowError, ValueError):  # beyond the calendar, or NaN
+            # A limit longer than the calendar never runs out; a nonsense one is no limit.
+            return dt.timedelta.max if run.hard_time_limit > 0 else s.UNRESOLVED_AFTER
     return s.UNRESOLVED_AFTER
 
 
@@ -203,8 +258,15 @@ def find_unresolved(now: dt.datetime) -> list[Finding]:
         .select_related("schedule")
         .order_by("schedule__name", "state", "claimed_at")
     )
-    late = [r for r in candidates if now - _last_news(r) > _unresolved_after(r)]
-    findings = []
+    late, findings = [], []
+    for run in candidates:
+        try:
+            if now - _last_news(run) > _unresolved_after(run):
+                late.append(run)
+        except DatabaseError:
+            raise
+        except Exception as exc:  # a run whose times cannot be computed with (R21)
+            findings.append(unreadable_row(run.schedule.name, f"run {run.pk}'s age", exc))
     for (_, state), group in itertools.groupby(late, key=lambda r: (r.schedule_id, r.state)):
         runs = list(group)
         findings.append(
@@ -252,9 +314,13 @@ def find_no_news(now: dt.datetime) -> list[Finding]:
 def no_success_bound(spec: timing.Spec, until: dt.datetime, periods: int) -> dt.datetime | None:
     """A schedule counted from ``since`` has ``periods`` slots in (since, until] exactly when
     ``since < bound``: its ``periods``-th latest slot at or before ``until``. None for a
-    one-off, and for a crontab without that many slots in the last 45 years."""
+    one-off, for a crontab without that many slots in the last 45 years, and for an interval
+    whose periods reach back before year 1 (no row is that old)."""
     if isinstance(spec, timing.Interval):
-        return until - periods * spec.every + dt.timedelta(microseconds=1)
+        try:
+            return until - periods * spec.every + dt.timedelta(microseconds=1)
+        except OverflowError:
+            return None
     if isinstance(spec, timing.Clocked):
         return None
     window = dt.timedelta(days=1)
@@ -264,6 +330,42 @@ def no_success_bound(spec: timing.Spec, until: dt.datetime, periods: int) -> dt.
             return slots[-periods]
         window *= 4
     return None
+
+
+def _bound_or_error(
+    timing_values: tuple[Any, ...], until: dt.datetime, periods: int
+) -> dt.datetime | Exception | None:
+    """``no_success_bound`` of one timing; the exception when its math cannot be done."""
+    try:
+        spec = Schedule(**dict(zip(TIMING_FIELDS, timing_values, strict=True))).to_spec()
+    except timing.InvalidSchedule:
+        return None  # beat sets the row aside; bad_row says so
+    try:
+        return no_success_bound(spec, until, periods)
+    except Exception as exc:  # R21: the row is named, the other rows are still checked
+        return exc
+
+
+def _plus(at: dt.datetime, delta: dt.timedelta) -> dt.datetime:
+    """``at + delta``, held at the calendar's edge instead of overflowing."""
+    try:
+        return at + delta
+    except OverflowError:
+        edge = dt.datetime.max if delta > dt.timedelta(0) else dt.datetime.min
+        return edge.replace(tzinfo=dt.UTC)
+
+
+def _periods_start(
+    completed: dt.datetime | None,
+    created: dt.datetime,
+    enabled: dt.datetime | None,
+    grace: dt.timedelta,
+) -> dt.datetime:
+    """Where a row's periods are counted from."""
+    since = completed if completed is not None else _plus(created, grace)
+    if enabled is not None:
+        since = max(since, _plus(enabled, grace))  # enabled again: its periods start over
+    return since
 
 
 def find_no_success(now: dt.datetime) -> list[Finding]:
@@ -281,31 +383,35 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
     s = conf.settings
     periods = s.NO_SUCCESS_PERIODS
     until = now - s.OVERDUE_TOLERANCE
-    bounds: dict[tuple[Any, ...], dt.datetime | None] = {}
+    bounds: dict[tuple[Any, ...], dt.datetime | Exception | None] = {}
     failing: list[int] = []
+    findings = []
     rows = (
         _active()
         .exclude(kind=Kind.CLOCKED)
         .values_list(
-            "pk", "last_completed_at", "created_at", "enabled_at", "startup_grace", *TIMING_FIELDS
+            "pk",
+            "name",
+            "last_completed_at",
+            "created_at",
+            "enabled_at",
+            "startup_grace",
+            *TIMING_FIELDS,
         )
     )
-    for pk, completed, created, enabled, grace, *timing_values in rows.iterator(chunk_size=5000):
+    for pk, name, completed, created, enabled, grace, *timing_values in rows.iterator(
+        chunk_size=5000
+    ):
         key = tuple(timing_values)
         if key not in bounds:
-            try:
-                spec = Schedule(**dict(zip(TIMING_FIELDS, key, strict=True))).to_spec()
-            except timing.InvalidSchedule:
-                spec = None  # bad_row's business
-            bounds[key] = None if spec is None else no_success_bound(spec, until, periods)
+            bounds[key] = _bound_or_error(key, until, periods)
         bound = bounds[key]
-        grace = grace or s.STARTUP_GRACE
-        since = completed if completed is not None else created + grace
-        if enabled is not None:
-            since = max(since, enabled + grace)  # enabled again: its periods start over
+        if isinstance(bound, Exception):
+            findings.append(unreadable_row(name, "its no-success bound", bound))
+            continue
+        since = _periods_start(completed, created, enabled, grace or s.STARTUP_GRACE)
         if bound is not None and since < bound:
             failing.append(pk)
-    findings = []
     failing_rows = itertools.chain.from_iterable(
         Schedule.objects.filter(pk__in=failing[i : i + 500]) for i in range(0, len(failing), 500)
     )
@@ -340,12 +446,48 @@ FINDERS: tuple[Callable[[dt.datetime], list[Finding]], ...] = (
 
 
 def findings(now: dt.datetime, only: Iterable[str] | None = None) -> list[Finding]:
-    """Everything ``check`` reports at ``now``, worst first; ``only``: these codes."""
-    found = [f for finder in FINDERS for f in finder(now)]
+    """Everything ``check`` reports at ``now``, worst first; ``only``: these codes.
+
+    A finder that fails for any reason but the database is reported as ``check_failed``
+    (kept even when ``only`` leaves it out, counted by ``exit_code`` only when asked for),
+    and the others still run: one surprise never hides every other finding.
+    """
+    found: list[Finding] = []
+    for finder in FINDERS:
+        try:
+            found.extend(finder(now))
+        except DatabaseError:
+            raise
+        except Exception as exc:
+            found.append(check_failed(finder.__name__, exc))
     if only is not None:
-        wanted = set(only)
+        wanted = {*only, "check_failed"}
         found = [f for f in found if f.code in wanted]
-    return sorted(found, key=lambda f: -f.severity)
+    return sorted(_one_bad_row_each(found), key=lambda f: -f.severity)
+
+
+def _one_bad_row_each(found: list[Finding]) -> list[Finding]:
+    """A row several finders could not compute with is one ``bad_row``, the first said."""
+    seen: set[str | None] = set()
+    kept = []
+    for f in found:
+        if f.code == "bad_row":
+            if f.schedule in seen:
+                continue
+            seen.add(f.schedule)
+        kept.append(f)
+    return kept
+
+
+def check_failed(finder: str, exc: Exception) -> Finding:
+    logger.exception(
+        "check: %s failed: %r", finder, exc, extra={"event": "check_failed", "finder": finder}
+    )
+    return Finding(
+        "check_failed",
+        Severity.CRITICAL,
+        f"{finder} could not run ({type(exc).__name__}: {exc}); see the log for the traceback",
+    )
 
 
 #: every finding code and its severity
@@ -359,6 +501,7 @@ SEVERITIES = {
     "no_success": Severity.WARNING,
     "bad_row": Severity.WARNING,
     "database_unreachable": Severity.CRITICAL,
+    "check_failed": Severity.CRITICAL,
 }
 CODES = tuple(SEVERITIES)
 

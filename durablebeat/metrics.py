@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hmac
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from django.db import DatabaseError
@@ -49,6 +49,25 @@ def period_seconds(spec: timing.Spec, now: dt.datetime) -> float | None:
     return (second - first).total_seconds()
 
 
+def _schedule_samples(
+    row: Schedule, now: dt.datetime
+) -> tuple[float, float, float | None, float | None]:
+    """Overdue, stuck and since-completion seconds and the period of one row."""
+    late = (now - row.next_fire_at).total_seconds() if row.next_fire_at else 0.0
+    stuck_for = (now - row.stuck_since).total_seconds() if row.stuck_since else 0.0
+    done = row.last_completed_at
+    try:
+        seconds = period_seconds(row.to_spec(), now)
+    except timing.InvalidSchedule:
+        seconds = None
+    return (
+        max(0.0, late) if not row.error else 0.0,
+        stuck_for,
+        None if done is None else (now - done).total_seconds(),
+        seconds,
+    )
+
+
 class DurablebeatCollector:
     """Every sample is read from the database when Prometheus scrapes."""
 
@@ -77,11 +96,33 @@ class DurablebeatCollector:
         yield from families
 
     def _families(self, now: dt.datetime) -> Iterator[Any]:
-        yield self._fires()
-        yield self._runs()
-        yield from self._schedules(now)
-        yield from self._beat(now)
-        yield self._findings(now)
+        """Each group of families on its own: one that raises on what the rows hold is
+        logged and counted in ``durablebeat_metrics_errors``, the others are still served
+        (R21). Only a database error ends the scrape (``durablebeat_database_up 0``)."""
+        groups: tuple[Callable[[], Iterable[Any]], ...] = (
+            lambda: [self._fires()],
+            lambda: [self._runs()],
+            lambda: list(self._schedules(now)),
+            lambda: list(self._beat(now)),
+            lambda: [self._findings(now)],
+        )
+        errors = GaugeMetricFamily(
+            "durablebeat_metrics_errors",
+            "Metric groups that could not be computed at this scrape (the log says why).",
+        )
+        failed = 0
+        for group in groups:
+            try:
+                yield from group()
+            except DatabaseError:
+                raise
+            except Exception as exc:
+                failed += 1
+                logger.exception(
+                    "metrics: a group failed: %r", exc, extra={"event": "metrics_error"}
+                )
+        errors.add_metric([], failed)
+        yield errors
 
     def _fires(self) -> Any:
         fam = CounterMetricFamily(
@@ -143,17 +184,23 @@ class DurablebeatCollector:
         )
         for row in Schedule.objects.filter(enabled=True).order_by("name"):
             name = [row.name]
-            bad.add_metric(name, 1 if row.error else 0)
-            late = (now - row.next_fire_at).total_seconds() if row.next_fire_at else 0.0
-            overdue.add_metric(name, max(0.0, late) if not row.error else 0.0)
-            stuck_for = (now - row.stuck_since).total_seconds() if row.stuck_since else 0.0
-            stuck.add_metric(name, stuck_for)
-            if row.last_completed_at is not None:
-                since_done.add_metric(name, (now - row.last_completed_at).total_seconds())
             try:
-                seconds = period_seconds(row.to_spec(), now)
-            except (timing.InvalidSchedule, ValueError):
-                seconds = None
+                samples = _schedule_samples(row, now)
+            except Exception as exc:  # R21: the row is marked invalid, the others are served
+                logger.warning(
+                    "metrics: cannot compute schedule=%s: %r",
+                    row.name,
+                    exc,
+                    extra={"event": "metrics_row_error", "schedule": row.name},
+                )
+                bad.add_metric(name, 1)
+                continue
+            late, stuck_for, done_ago, seconds = samples
+            bad.add_metric(name, 1 if row.error else 0)
+            overdue.add_metric(name, late)
+            stuck.add_metric(name, stuck_for)
+            if done_ago is not None:
+                since_done.add_metric(name, done_ago)
             if seconds is not None:
                 period.add_metric(name, seconds)
         yield from (overdue, stuck, since_done, period, bad)
@@ -201,12 +248,28 @@ def render(now: Any = clock.now) -> bytes:
     return bytes(generate_latest(registry))
 
 
-def _authorized(request: HttpRequest) -> bool:
+CLOSED = (
+    "metrics are closed: set DURABLEBEAT_METRICS_TOKEN and scrape with "
+    "'Authorization: Bearer <token>', or set DURABLEBEAT_METRICS_PUBLIC = True\n"
+)
+
+
+def _refusal(request: HttpRequest) -> HttpResponse | None:
+    """Why this request may not read the metrics, or None when it may.
+
+    Closed by default: with no token the view answers only when ``METRICS_PUBLIC`` opens it
+    (403 otherwise: the URL is documented, hiding it behind a 404 would only slow down the
+    person setting up the scrape). With a token, a request without it gets 401.
+    """
     token = conf.settings.METRICS_TOKEN
     if not token:
-        return True
+        if conf.settings.METRICS_PUBLIC:
+            return None
+        return HttpResponse(CLOSED, status=403, content_type="text/plain")
     given = request.headers.get("Authorization", "")
-    return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+    if hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        return None
+    return HttpResponse("unauthorized\n", status=401, content_type="text/plain")
 
 
 @require_GET
@@ -214,6 +277,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     """``GET /durablebeat/metrics``: Prometheus text format."""
     if not AVAILABLE:
         return HttpResponse(NOT_INSTALLED + "\n", status=501, content_type="text/plain")
-    if not _authorized(request):
-        return HttpResponse("unauthorized\n", status=401, content_type="text/plain")
+    refusal = _refusal(request)
+    if refusal is not None:
+        return refusal
     return HttpResponse(render(), content_type=CONTENT_TYPE_LATEST)

@@ -43,7 +43,26 @@ def parse_duration(text: str) -> dt.timedelta:
     parts = _DURATION.findall(raw)
     if not parts or _DURATION.sub("", raw).strip():
         raise ValueError(f"not a duration: {text!r} (use e.g. 48h, 2d, 1h30m, 90s)")
-    return dt.timedelta(seconds=sum(float(n) * _UNITS[u.lower()] for n, u in parts))
+    try:
+        return dt.timedelta(seconds=sum(float(n) * _UNITS[u.lower()] for n, u in parts))
+    except OverflowError:
+        raise ValueError(f"too long a duration: {text!r}") from None
+
+
+def window_start(until: dt.datetime, span: dt.timedelta) -> dt.datetime:
+    """``until - span``, or the first instant of the calendar when that is before it."""
+    try:
+        return until - span
+    except OverflowError:
+        return dt.datetime.min.replace(tzinfo=dt.UTC)
+
+
+def one_line(text: str) -> str:
+    """``text`` with its control characters escaped (``\\n``, ``\\x1b``...): what a row
+    holds never breaks a line of ``check`` or ``status``, nor forges one."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def duration_words(delta: dt.timedelta) -> str:
@@ -89,14 +108,20 @@ def next_fire_words(row: Schedule, now: dt.datetime) -> str:
 
 
 def absolute(value: dt.datetime | None) -> str:
-    return "" if value is None else value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if value is None:
+        return ""
+    try:
+        value = value.astimezone(dt.UTC)
+    except OverflowError:  # an edge of the calendar in another zone: say it as it is
+        return value.isoformat(sep=" ")
+    return f"{value.year:04d}{value:-%m-%d %H:%M:%S} UTC"
 
 
 def schedule_words(row: Schedule) -> str:
     """The admin's "schedule in words"; a bad row says why instead."""
     try:
         return str(timing.describe(row.to_spec()))
-    except (timing.InvalidSchedule, ValueError) as exc:
+    except Exception as exc:  # any: a page that lists rows must render every one (R21)
         return f"invalid: {exc}"
 
 
@@ -129,6 +154,8 @@ class Overfire:
     fired: int
     allowed: int
     by_reason: dict[str, int]
+    #: why the period's allowance could not be computed (then ``allowed`` is 0)
+    error: str = ""
 
     @property
     def ratio(self) -> float:
@@ -175,6 +202,7 @@ class Report:
                     "fired": o.fired,
                     "allowed": o.allowed,
                     "by_reason": o.by_reason,
+                    "error": o.error,
                 }
                 for o in self.overfired
             ],
@@ -214,12 +242,14 @@ def find_overfired(since: dt.datetime, until: dt.datetime) -> list[Overfire]:
         per_schedule[c["schedule_id"]][c["reason"]] = c["n"]
     flagged = []
     for row in Schedule.objects.filter(pk__in=list(per_schedule)).order_by("name"):
+        fired = sum(per_schedule[row.pk].values())
         try:
-            spec = row.to_spec()
+            allowed = allowed_fires(row.to_spec(), since, until)
         except timing.InvalidSchedule:
             continue
-        fired = sum(per_schedule[row.pk].values())
-        allowed = allowed_fires(spec, since, until)
+        except Exception as exc:  # R21: named in the report, the others still counted
+            flagged.append(Overfire(row.name, fired, 0, per_schedule[row.pk], error=str(exc)))
+            continue
         if fired > OVERFIRE_RATIO * allowed:
             flagged.append(Overfire(row.name, fired, allowed, per_schedule[row.pk]))
     return flagged
@@ -333,13 +363,14 @@ def format_report(report: Report) -> str:
     if report.overfired:
         lines.append(f"FLAGGED: fired more than {OVERFIRE_RATIO:g}x what the period allows:")
         for o in report.overfired:
-            lines.append(
-                f"  {o.schedule}: fired {o.fired} times, its period allows {o.allowed} "
-                f"({o.ratio:.1f}x; {_reasons(o.by_reason)})"
-            )
+            if o.error:
+                allows = f"what its period allows cannot be computed: {o.error}"
+            else:
+                allows = f"its period allows {o.allowed} ({o.ratio:.1f}x; {_reasons(o.by_reason)})"
+            lines.append(f"  {o.schedule}: fired {o.fired} times, {allows}")
     else:
         lines.append(f"no schedule fired more than {OVERFIRE_RATIO:g}x what its period allows")
-    return "\n".join(lines)
+    return "\n".join(one_line(line) for line in lines)  # names and hosts hold anything
 
 
 # --- status -------------------------------------------------------------------------------
@@ -347,23 +378,32 @@ def format_report(report: Report) -> str:
 STATUS_COLUMNS = ("name", "schedule", "enabled", "next fire", "last completion", "outcome", "stuck")
 
 
+def _status_row(row: Schedule, now: dt.datetime) -> tuple[str, ...]:
+    next_fire = next_fire_words(row, now)
+    if row.enabled and row.next_fire_at is not None and not row.error:
+        next_fire += f" ({absolute(row.next_fire_at)})"
+    return (
+        row.name,
+        schedule_words(row),
+        "yes" if row.enabled else "no",
+        next_fire,
+        relative(row.last_completed_at, now) or "never",
+        row.last_outcome or "-",
+        f"for {duration_words(now - row.stuck_since)}" if row.stuck_since else "",
+    )
+
+
 def status_rows(now: dt.datetime) -> list[tuple[str, ...]]:
+    """One line per schedule, whatever it holds (R21): control characters are escaped, and a
+    row whose values cannot be put in words says so in its line."""
     rows: list[tuple[str, ...]] = []
     for row in Schedule.objects.order_by("name"):
-        next_fire = next_fire_words(row, now)
-        if row.enabled and row.next_fire_at is not None and not row.error:
-            next_fire += f" ({absolute(row.next_fire_at)})"
-        rows.append(
-            (
-                row.name,
-                schedule_words(row),
-                "yes" if row.enabled else "no",
-                next_fire,
-                relative(row.last_completed_at, now) or "never",
-                row.last_outcome or "-",
-                f"for {duration_words(now - row.stuck_since)}" if row.stuck_since else "",
-            )
-        )
+        try:
+            cells = _status_row(row, now)
+        except Exception as exc:
+            cells = (row.name, f"cannot show this row: {type(exc).__name__}: {exc}")
+            cells += ("",) * (len(STATUS_COLUMNS) - len(cells))
+        rows.append(tuple(one_line(str(c)) for c in cells))
     return rows
 
 
@@ -389,4 +429,4 @@ def format_status(now: dt.datetime) -> str:
         )
     else:
         beat = "no beat alive"
-    return f"{table}\n\n{beat}"
+    return f"{table}\n\n{one_line(beat)}"

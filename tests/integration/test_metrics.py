@@ -10,6 +10,7 @@ from django.test import override_settings
 
 from durablebeat import metrics
 from durablebeat.enums import Reason, RunState
+from durablebeat.models import Schedule
 
 prometheus_parser = pytest.importorskip("prometheus_client.parser")
 
@@ -117,6 +118,7 @@ def test_check_findings_are_exported(situation, t0):
         "no_news": 0,
         "no_success": 0,
         "bad_row": 0,
+        "check_failed": 0,
     }
     assert value(samples, "durablebeat_database_up") == 1
 
@@ -130,6 +132,7 @@ def test_database_down_is_a_sample_not_a_500(monkeypatch, t0):
     assert samples == {("durablebeat_database_up", ()): 0}
 
 
+@override_settings(DURABLEBEAT_METRICS_PUBLIC=True)
 def test_metrics_view_serves_prometheus_text(client, situation):
     response = client.get("/durablebeat/metrics")
     assert response.status_code == 200
@@ -144,6 +147,62 @@ def test_metrics_view_wants_the_token_when_set(client, situation):
     assert wrong.status_code == 401
     right = client.get("/durablebeat/metrics", headers={"Authorization": "Bearer s3cret"})
     assert right.status_code == 200
+
+
+@pytest.mark.parametrize("token", ["", None])
+def test_metrics_view_is_closed_without_a_token(client, situation, settings, token):
+    """R21 safe defaults: nobody reads the metrics unless a token or a setting opens them."""
+    if token is None:
+        del settings.DURABLEBEAT_METRICS_TOKEN
+    else:
+        settings.DURABLEBEAT_METRICS_TOKEN = token
+    response = client.get("/durablebeat/metrics")
+    assert response.status_code == 403
+    assert b"DURABLEBEAT_METRICS_TOKEN" in response.content
+    assert b"DURABLEBEAT_METRICS_PUBLIC" in response.content
+    assert b"durablebeat_" not in response.content.replace(b"DURABLEBEAT_", b"")
+
+
+@override_settings(DURABLEBEAT_METRICS_TOKEN="s3cret", DURABLEBEAT_METRICS_PUBLIC=True)
+def test_a_token_is_wanted_even_when_the_metrics_are_public(client, situation):
+    assert client.get("/durablebeat/metrics").status_code == 401
+
+
+@override_settings(DURABLEBEAT_METRICS_PUBLIC=False, DEBUG=False)
+def test_an_anonymous_request_on_a_bad_row_gets_no_page_of_details(client, situation):
+    Schedule.objects.filter(name="job").update(every=dt.timedelta.max, next_fire_at=None)
+    response = client.get("/durablebeat/metrics")
+    assert response.status_code == 403
+    assert b"Traceback" not in response.content
+
+
+def test_a_row_that_raises_is_marked_invalid_and_the_others_are_served(situation, monkeypatch, t0):
+    """R21, by injection: any exception from one row's math, not only the known ones."""
+    real = metrics.period_seconds
+
+    def fails_for_hourly(spec, now):
+        if getattr(spec, "minute", None) == "0":
+            raise LookupError("injected")
+        return real(spec, now)
+
+    monkeypatch.setattr(metrics, "period_seconds", fails_for_hourly)
+    samples = scrape(t0)
+    assert value(samples, "durablebeat_schedule_invalid", schedule="hourly") == 1
+    assert value(samples, "durablebeat_schedule_invalid", schedule="job") == 0
+    assert value(samples, "durablebeat_schedule_period_seconds", schedule="job") == 600
+    assert value(samples, "durablebeat_metrics_errors") == 0
+
+
+def test_a_group_that_raises_is_counted_and_the_others_are_served(situation, monkeypatch, t0):
+    def boom(self):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(metrics.DurablebeatCollector, "_runs", boom)
+    samples = scrape(t0)
+    assert value(samples, "durablebeat_metrics_errors") == 1
+    assert value(samples, "durablebeat_fires_total", schedule="job", reason="scheduled") == 2
+    assert value(samples, "durablebeat_beat_alive") == 1
+    assert not any(name == "durablebeat_runs_total" for name, _ in samples)
 
 
 def test_metrics_view_without_prometheus_client_says_how_to_install(client, monkeypatch):

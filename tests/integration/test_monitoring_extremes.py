@@ -1,0 +1,402 @@
+"""R21's last sentence: ``check``, ``report``, ``status``, the metrics and the admin render
+every row, however extreme. Each case writes its rows straight through the ORM (no
+``full_clean``: the shapes the form refuses are exactly the ones a migration, a script or an
+older version may have left), beside a healthy canary, and every monitoring surface must
+answer: no traceback, no HTTP 500, ``check`` with a documented exit code (0, 1 or 2), the
+canary and the extreme row both shown.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+from django.test import override_settings
+
+from durablebeat import health, metrics, report
+from durablebeat.enums import Reason, RunState
+from durablebeat.models import Boot, Incident, MissedSlots, Run, Schedule, WorkerHeartbeat
+
+pytestmark = pytest.mark.django_db
+
+S = dt.timedelta(seconds=1)
+H = dt.timedelta(hours=1)
+MIN_AT = dt.datetime.min.replace(tzinfo=dt.UTC)
+MAX_AT = dt.datetime.max.replace(tzinfo=dt.UTC)
+TASK = "tests.e2eapp.tasks.record"
+TOKEN = "monitoring-token"
+
+
+def longest_duration(sign: int = 1) -> dt.timedelta:
+    """The longest interval the database stores: PostgreSQL's interval holds timedelta.max;
+    SQLite and MariaDB store microseconds in a signed 64-bit integer."""
+    if connection.vendor == "postgresql":
+        return dt.timedelta.max if sign > 0 else dt.timedelta.min
+    return dt.timedelta(microseconds=sign * (2**63 - 1))
+
+
+def row(name: str, **fields: Any) -> Schedule:
+    """A schedule written as given: ``create`` skips ``full_clean``, ``update`` skips ``save``."""
+    base: dict[str, Any] = {"task": TASK, "kind": "interval", "every": 60 * S, "overlap": "allow"}
+    after = {k: fields.pop(k) for k in ("error", "created_at", "updated_at") if k in fields}
+    created = Schedule.objects.create(name=name, **(base | fields))
+    if after:
+        Schedule.objects.filter(pk=created.pk).update(**after)
+    return created
+
+
+def _times(at: dt.datetime) -> dict[str, Any]:
+    return {
+        "last_fired_at": at,
+        "last_completed_at": at,
+        "last_failed_at": at,
+        "stuck_since": at,
+        "stuck_reason": "previous run still started",
+        "enabled_at": at,
+        "removed_from_code_at": at,
+        "last_outcome": RunState.FAILED,
+        "created_at": at,
+        "updated_at": at,
+    }
+
+
+def _runs(at: dt.datetime, t0: dt.datetime) -> None:
+    sched = row("runs-at-the-edge", next_fire_at=t0 + H)
+    boot = Boot.objects.create(
+        id=uuid.uuid4(), hostname="edge\nhost", pid=2**31 - 1, started_at=at, heartbeat_at=at
+    )
+    states = (RunState.CLAIMED, RunState.PUBLISHED, RunState.STARTED, RunState.LOST)
+    for i, state in enumerate(states):
+        Run.objects.create(
+            schedule=sched,
+            slot=at - i * S if at == MAX_AT else at + i * S,
+            boot=boot,
+            reason=Reason.SCHEDULED,
+            state=state,
+            task_id=str(uuid.uuid4()),
+            claimed_at=at,
+            published_at=at,
+            started_at=at,
+            finished_at=at,
+            hard_time_limit=1e308,
+            publish_attempts=2**31 - 1,
+            error="Traceback\n" + "x" * 10_000,
+        )
+    MissedSlots.objects.create(
+        schedule=sched,
+        boot=boot,
+        count=2**31 - 1,
+        first_slot=MIN_AT,
+        last_slot=MAX_AT,
+        reason="r" * 300,
+        recorded_at=at,
+    )
+    Incident.objects.create(kind="reclaim", count=2**31 - 1, detail="d\n" * 1000, at=at)
+    WorkerHeartbeat.objects.create(worker="w\n1", pid=2**31 - 1, seen_at=at)
+
+
+def _started_runs_with_absurd_limits(t0: dt.datetime) -> None:
+    sched = row("absurd-limits", next_fire_at=t0 + H)
+    limits = [1e308, -1e308, 0.0, 1e-300, float("nan")]
+    if connection.vendor == "mysql":  # MariaDB refuses NaN; SQLite stores it as NULL
+        limits[-1] = 0.0
+    for i, limit in enumerate(limits):
+        Run.objects.create(
+            schedule=sched,
+            slot=t0 - (i + 1) * H,
+            state=RunState.STARTED,
+            task_id=str(uuid.uuid4()),
+            claimed_at=t0 - 30 * H,
+            started_at=t0 - 30 * H,
+            hard_time_limit=limit,
+        )
+
+
+#: name -> how to write it; each returns nothing and leaves its rows in the database
+EXTREMES: dict[str, Callable[[dt.datetime], None]] = {
+    "next_fire_at_min": lambda t0: row("x", next_fire_at=MIN_AT),
+    "next_fire_at_max": lambda t0: row("x", next_fire_at=MAX_AT),
+    "clocked_at_min": lambda t0: row("x", kind="clocked", clocked_at=MIN_AT, next_fire_at=MIN_AT),
+    "clocked_at_max": lambda t0: row("x", kind="clocked", clocked_at=MAX_AT, next_fire_at=MAX_AT),
+    "times_at_min": lambda t0: row("x", next_fire_at=t0 - H, **_times(MIN_AT)),
+    "times_at_max": lambda t0: row("x", next_fire_at=t0 - H, **_times(MAX_AT)),
+    "every_microsecond": lambda t0: row("x", every=dt.timedelta(microseconds=1)),
+    "every_longest": lambda t0: row("x", every=longest_duration(), next_fire_at=t0 - H),
+    "every_longest_never_run": lambda t0: row("x", every=longest_duration(), created_at=MIN_AT),
+    "every_negative": lambda t0: row("x", every=longest_duration(-1), next_fire_at=t0 - H),
+    "every_zero": lambda t0: row("x", every=dt.timedelta(0), next_fire_at=t0 - H),
+    "interval_without_every": lambda t0: row("x", every=None, next_fire_at=t0 - H),
+    "grace_longest": lambda t0: row(
+        "x", startup_grace=longest_duration(), catch_up_window=longest_duration()
+    ),
+    "grace_negative_longest": lambda t0: row(
+        "x", startup_grace=longest_duration(-1), created_at=MAX_AT
+    ),
+    "crontab_unparsable": lambda t0: row(
+        "x", kind="crontab", minute="whenever\nyou like", next_fire_at=t0 - H
+    ),
+    "crontab_never_matching": lambda t0: row(
+        "x", kind="crontab", day_of_month="31", month_of_year="2", next_fire_at=t0 - H
+    ),
+    "crontab_unknown_timezone": lambda t0: row(
+        "x", kind="crontab", minute="0", timezone="Mars/Olympus_Mons", next_fire_at=t0 - H
+    ),
+    "crontab_last_minute_of_time": lambda t0: row(
+        "x",
+        kind="crontab",
+        minute="59",
+        hour="23",
+        day_of_month="31",
+        month_of_year="12",
+        timezone="Pacific/Kiritimati",
+        next_fire_at=MAX_AT,
+        last_completed_at=MIN_AT,
+    ),
+    "crontab_every_minute_never_succeeded": lambda t0: row(
+        "x", kind="crontab", created_at=MIN_AT, enabled_at=MIN_AT
+    ),
+    "unknown_kind": lambda t0: row("x", kind="solar", next_fire_at=t0 - H),
+    "json_wrong_shapes": lambda t0: row(
+        "x", args={"not": "a list"}, kwargs=[1, 2], headers="text", next_fire_at=t0 + H
+    ),
+    "numbers_huge": lambda t0: row("x", priority=32767, expire_seconds=1e308, next_fire_at=t0 + H),
+    "numbers_negative": lambda t0: row("x", expire_seconds=-1e308, next_fire_at=t0 + H),
+    "name_with_newlines": lambda t0: row(
+        "evil\nfire schedule=forged slot=now\r\x1b[2J", next_fire_at=t0 - H, stuck_since=t0 - 7 * H
+    ),
+    "very_long_texts": lambda t0: row(
+        "n" * 200,
+        task="t" * 200,
+        description="d" * 1_000_000,
+        stuck_reason="r" * 300,
+        stuck_since=t0 - 7 * H,
+        error="e\n" * 50_000,
+    ),
+    "runs_at_min": lambda t0: _runs(MIN_AT, t0),
+    "runs_at_max": lambda t0: _runs(MAX_AT, t0),
+    "started_runs_with_absurd_limits": _started_runs_with_absurd_limits,
+}
+
+
+@pytest.fixture(params=sorted(EXTREMES))
+def extreme(request, t0, time_machine):
+    time_machine.move_to(t0, tick=False)
+    Boot.objects.create(
+        id=uuid.uuid4(), hostname="beat", pid=1, started_at=t0 - H, heartbeat_at=t0 - 2 * S
+    )
+    row("canary", next_fire_at=t0 + 30 * S, last_completed_at=t0 - 30 * S)
+    EXTREMES[request.param](t0)
+    return request.param
+
+
+def names() -> list[str]:
+    return list(Schedule.objects.order_by("name").values_list("name", flat=True))
+
+
+def one_line(text: str) -> str:
+    return report.one_line(text)
+
+
+# --- check --------------------------------------------------------------------------------
+
+
+def test_check_answers_with_a_documented_exit_code(extreme, t0):
+    found = health.check(t0)
+    assert health.exit_code(found) in (0, 1, 2)
+    assert "check_failed" not in {f.code for f in found}, [f.line() for f in found]
+    for f in found:
+        assert "\n" not in f.line() and "\r" not in f.line()  # one line per finding (R17)
+    json.dumps([f.as_dict() for f in found])
+
+
+def test_check_command_exits_0_1_or_2_never_a_traceback(extreme):
+    out = io.StringIO()
+    try:
+        call_command("durablebeat", "check", stdout=out)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    assert code in (1, 2) or (code == 0 and out.getvalue().startswith("OK"))
+    out = io.StringIO()
+    try:
+        call_command("durablebeat", "check", "--json", stdout=out)
+    except SystemExit as exc:
+        assert exc.code in (1, 2)
+    json.loads(out.getvalue())
+
+
+# --- report and status --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("span", [48 * H, dt.timedelta(days=3_000_000)])
+def test_report_renders(extreme, t0, span):
+    since = report.window_start(t0, span)
+    built = report.build_report(since, t0)
+    text = report.format_report(built)
+    assert text.startswith("durablebeat report:")
+    json.dumps(built.as_dict())
+
+
+def test_report_and_status_commands(extreme):
+    # 1,000,000 days reach back before year 1: the report starts at the calendar's first day.
+    for args in (("report",), ("report", "--since", "1000000d"), ("status",)):
+        out = io.StringIO()
+        call_command("durablebeat", *args, stdout=out)
+        assert out.getvalue()
+    with pytest.raises(CommandError, match="too long a duration: '99999999999d'"):
+        call_command("durablebeat", "report", "--since", "99999999999d")
+
+
+def test_status_shows_every_row_on_its_own_line(extreme, t0):
+    text = report.format_status(t0)
+    lines = text.splitlines()
+    for name in names():
+        assert any(line.startswith(one_line(name)) for line in lines), name
+    assert len(lines) == 2 + len(names()) + 2  # header, rule, a line per row, blank, beat
+
+
+# --- metrics ------------------------------------------------------------------------------
+
+
+def test_metrics_render_every_row(extreme, t0):
+    parser = pytest.importorskip("prometheus_client.parser")
+    text = metrics.render(lambda: t0).decode()
+    invalid = {}
+    for family in parser.text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "durablebeat_schedule_invalid":
+                invalid[s.labels["schedule"]] = s.value
+            if s.name == "durablebeat_metrics_errors":
+                assert s.value == 0, text
+    assert set(invalid) == set(Schedule.objects.filter(enabled=True).values_list("name", flat=True))
+    assert invalid["canary"] == 0
+
+
+@override_settings(DURABLEBEAT_METRICS_TOKEN=TOKEN, DEBUG=False)
+def test_metrics_view_answers(extreme, client):
+    response = client.get("/durablebeat/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert response.status_code == 200
+    assert b'durablebeat_schedule_invalid{schedule="canary"} 0.0' in response.content
+
+
+# --- admin --------------------------------------------------------------------------------
+
+ADMIN_PAGES = (
+    "/admin/durablebeat/schedule/",
+    "/admin/durablebeat/schedule/?invalid=yes",
+    "/admin/durablebeat/schedule/?overdue=yes",
+    "/admin/durablebeat/schedule/?stuck=yes",
+    "/admin/durablebeat/run/",
+    "/admin/durablebeat/boot/",
+    "/admin/durablebeat/missedslots/",
+    "/admin/durablebeat/incident/",
+    "/admin/durablebeat/workerheartbeat/",
+)
+
+
+# Far east and far west: the admin shows instants in TIME_ZONE, where the edges overflow.
+@pytest.mark.parametrize("zone", ["UTC", "Pacific/Kiritimati", "America/Los_Angeles"])
+def test_admin_lists_and_pages_render_every_row(extreme, admin_client, zone):
+    with override_settings(TIME_ZONE=zone):
+        for url in ADMIN_PAGES:
+            response = admin_client.get(url)
+            assert response.status_code == 200, url
+        listed = admin_client.get(ADMIN_PAGES[0]).context["cl"].result_list
+        assert sorted(r.name for r in listed) == names()
+        for pk in Schedule.objects.values_list("pk", flat=True):
+            response = admin_client.get(f"/admin/durablebeat/schedule/{pk}/change/")
+            assert response.status_code == 200, pk
+        for pk in Run.objects.values_list("pk", flat=True):
+            assert admin_client.get(f"/admin/durablebeat/run/{pk}/change/").status_code == 200
+        for pk in Boot.objects.values_list("pk", flat=True):
+            assert admin_client.get(f"/admin/durablebeat/boot/{pk}/change/").status_code == 200
+
+
+# --- isolation by injection: any exception, not only the known ones -----------------------
+
+
+@pytest.fixture
+def two_overdue(t0, time_machine):
+    time_machine.move_to(t0, tick=False)
+    Boot.objects.create(
+        id=uuid.uuid4(), hostname="beat", pid=1, started_at=t0 - H, heartbeat_at=t0 - 2 * S
+    )
+    row("late", next_fire_at=t0 - 2 * H)
+    row("poisoned", next_fire_at=t0 - 3 * H)
+
+
+def test_a_row_that_raises_in_a_finder_is_a_bad_row_naming_it(two_overdue, t0, monkeypatch):
+    real_ago = health.ago
+
+    def ago(now, then):
+        if then == t0 - 3 * H:
+            raise LookupError("injected")
+        return real_ago(now, then)
+
+    monkeypatch.setattr(health, "ago", ago)
+    found = {(f.code, f.schedule): f for f in health.check(t0)}
+    assert set(found) == {("overdue", "late"), ("bad_row", "poisoned")}
+    assert "LookupError: injected" in found[("bad_row", "poisoned")].message
+    assert health.exit_code(found.values()) == 2
+
+
+def test_a_finder_that_raises_is_check_failed_and_the_others_still_run(
+    two_overdue, t0, monkeypatch
+):
+    def broken(now):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(health, "FINDERS", (broken, *health.FINDERS))
+    found = health.check(t0)
+    assert [(f.code, f.severity) for f in found if f.code == "check_failed"] == [
+        ("check_failed", health.Severity.CRITICAL)
+    ]
+    assert "broken could not run (RuntimeError: injected)" in found[0].message
+    assert {f.schedule for f in found if f.code == "overdue"} == {"late", "poisoned"}
+    # Like an unreachable database: printed under --only, counted only when asked for.
+    only = health.check(t0, only=["no_beat"])
+    assert [f.code for f in only] == ["check_failed"]
+    assert health.exit_code(only, ["no_beat"]) == 0
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as exited:
+        call_command("durablebeat", "check", stdout=out)
+    assert exited.value.code == 2
+    assert "CRITICAL check_failed: broken could not run" in out.getvalue()
+
+
+def test_a_run_drill_down_past_the_last_year_is_a_bad_lookup_not_a_500(admin_client):
+    response = admin_client.get("/admin/durablebeat/run/?slot__year=9999")
+    assert response.status_code == 302 and response["Location"].endswith("?e=1")
+
+
+# --- the math holds at the edges instead of giving up ------------------------------------
+
+
+def test_an_interval_longer_than_the_calendar_has_no_no_success_bound(t0):
+    from durablebeat import timing
+
+    assert health.no_success_bound(timing.Interval(dt.timedelta.max), t0, 3) is None
+    assert health.no_success_bound(timing.Interval(H), t0, 3) == t0 - 3 * H + S / 1_000_000
+
+
+def test_a_grace_past_the_calendar_counts_from_its_edge(t0):
+    assert health._periods_start(None, MAX_AT, None, H) == MAX_AT
+    assert health._periods_start(None, t0, MIN_AT, dt.timedelta.min) == MIN_AT
+    assert health._periods_start(None, MIN_AT, None, -H) == MIN_AT
+
+
+def test_a_hard_limit_past_the_calendar_never_runs_out(t0, time_machine):
+    _started_runs_with_absurd_limits(t0)
+    found = [f for f in health.check(t0) if f.schedule == "absurd-limits"]
+    # 1e308 s: never unresolved; -1e308, NaN, 0 (no limit) and 1e-300 s: long unresolved.
+    assert [(f.code, f.message.split(":")[1].strip()[:9]) for f in found] == [
+        ("unresolved_runs", "4 run(s) ")
+    ]
