@@ -15,7 +15,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("DURABLEBEAT_VAR_DIR", BASE_DIR / "var"))
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "insecure-demo-key-change-me")
-DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+# Off unless asked for (scripts/demo.sh does): a debug page shows settings and tracebacks
+# to anyone who can reach a URL, e.g. an anonymous metrics request (issue 12).
+DEBUG = os.environ.get("DJANGO_DEBUG", "0") == "1"
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1").split(",")
 
 INSTALLED_APPS = [

@@ -433,6 +433,25 @@ def test_view_only_user_gets_no_actions_and_cannot_run_now(viewer, make_schedule
     assert Schedule.objects.get().enabled
 
 
+@pytest.mark.parametrize("object_id", ["existing", "999999", "abc", "1%20OR%201=1"])
+def test_run_now_checks_permission_before_it_looks_the_row_up(
+    viewer, make_schedule, sent, object_id
+):
+    """R21: a user without the change permission learns nothing about which ids exist."""
+    row = make_schedule("job", every=60)
+    object_id = str(row.pk) if object_id == "existing" else object_id
+    response = viewer.post(f"/admin/durablebeat/schedule/{object_id}/run-now/")
+    assert response.status_code == 403
+    assert sent == []
+
+
+@pytest.mark.parametrize("object_id", ["999999", "abc", "1%20OR%201=1", "-1"])
+def test_run_now_with_a_missing_or_malformed_id_is_404(admin_client, sent, object_id):
+    response = admin_client.post(f"/admin/durablebeat/schedule/{object_id}/run-now/")
+    assert response.status_code == 404
+    assert sent == []
+
+
 # --- run history --------------------------------------------------------------------------
 
 
