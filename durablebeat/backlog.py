@@ -37,7 +37,7 @@ MAX_KEPT = 10_000
 ABSENT_FOR = 600.0
 #: first wait after a failed pass, and the longest (seconds): the database is looked at
 #: again this often while it is down
-FIRST_WAIT, LONGEST_WAIT = 0.5, 5.0
+FIRST_WAIT, LONGEST_WAIT = 0.5, 2.0
 #: the wait while only runs not written yet are waited for (seconds)
 ABSENT_WAIT = 1.0
 

@@ -30,6 +30,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,8 +66,11 @@ def is_ours(task: Any) -> bool:
 
 
 def _is_ours_request(request: Any) -> bool:
+    """A request object, or the message's request dict (``task_internal_error``)."""
     if request is None:
         return False
+    if isinstance(request, Mapping):
+        return bool(request.get(MARK) or (request.get("headers") or {}).get(MARK))
     if getattr(request, MARK, None):
         return True
     return bool((getattr(request, "headers", None) or {}).get(MARK))
@@ -173,6 +177,22 @@ def on_revoked(
     _record("the revoke", event)
 
 
+def on_internal_error(
+    sender: Any = None, task_id: str = "", request: Any = None, exception: Any = None, **_: Any
+) -> None:
+    """Celery itself failed around the body (storing STARTED or the result in a result
+    backend that is down, with ``task_track_started``): with no completion of the body the
+    run would stay started for ever, holding an ``overlap=skip`` schedule (R22). Failed,
+    with why, unless the body's own completion came first: that one wins (R12; completions
+    are made in order, and nothing moves a finished run)."""
+    if not _is_ours_request(request):
+        return
+    _tracked.pop(task_id, None)
+    error = f"{type(exception).__name__}: {exception} (raised by Celery outside the task body)"
+    event = completion.Finished(task_id, clock.now(), succeeded=False, error=error)
+    _record("the internal error", event)
+
+
 def _watch_soft_limit(tracked: _Tracked) -> None:
     """Note when billiard's soft-limit signal reaches this process during the body, then
     let billiard's own handler raise ``SoftTimeLimitExceeded`` as usual."""
@@ -265,6 +285,7 @@ def connect() -> None:
         (signals.task_prerun, on_prerun),
         (signals.task_postrun, on_postrun),
         (signals.task_revoked, on_revoked),
+        (signals.task_internal_error, on_internal_error),
         (signals.worker_ready, on_worker_ready),
         (signals.worker_shutdown, on_worker_shutdown),
         (signals.worker_process_shutdown, on_process_shutdown),

@@ -13,7 +13,7 @@ import pytest
 from django.db import OperationalError
 from django.test import override_settings
 
-from durablebeat import backlog, completion, health, reclaim
+from durablebeat import backlog, completion, health, reclaim, tracking
 from durablebeat.enums import RunState
 from durablebeat.models import Run, Schedule, WorkerHeartbeat
 from tests.e2e.harness import wait_until
@@ -251,3 +251,50 @@ def test_the_background_thread_writes_them_once_the_database_answers(previous, t
         10,
         what="the thread ends when nothing is kept",
     )
+
+
+# --- Celery failing around the body (R12, R22) ----------------------------------------------
+
+
+def _ours(run: Run) -> dict[str, object]:
+    """The request dict ``task_internal_error`` carries for a durablebeat message."""
+    return {"id": run.task_id, "durablebeat_schedule": "job"}
+
+
+def test_celery_failing_before_the_body_ends_the_run_failed_not_started_for_ever(
+    previous, monkeypatch
+):
+    """A result backend that is down fails the message before its body (task_track_started):
+    without this the run stays started while its worker lives, holding the schedule."""
+    run = previous(RunState.STARTED, started_at=dt.datetime(2026, 3, 2, 11, 59, 1, tzinfo=dt.UTC))
+    monkeypatch.setattr(tracking, "backlog", backlog.Backlog(background=False))
+    error = OperationalError("connection refused")
+    tracking.on_internal_error(task_id=run.task_id, request=_ours(run), exception=error)
+    run.refresh_from_db()
+    assert run.state == RunState.FAILED
+    assert "outside the task body" in run.error and "connection refused" in run.error
+
+
+def test_celery_failing_after_a_body_that_returned_leaves_it_succeeded(previous, monkeypatch):
+    """Storing the result failed after the body returned: task_postrun said SUCCESS first,
+    and the body decides (R12)."""
+    run = previous()
+    kept = backlog.Backlog(make=_Database(), background=False)  # the database is down
+    monkeypatch.setattr(tracking, "backlog", kept)
+    tracking._tracked[run.task_id] = tracking._Tracked(started_at=run.published_at)
+    tracking.on_postrun(task_id=run.task_id, task=None, state="SUCCESS")
+    tracking.on_internal_error(
+        task_id=run.task_id, request=_ours(run), exception=OperationalError("down")
+    )
+    assert [w.what for w in kept.kept] == ["the completion", "the internal error"]
+    kept.make = backlog.apply  # the database is back: made in order
+    assert kept.flush() == backlog.DONE
+    assert Run.objects.get(pk=run.pk).state == RunState.SUCCEEDED
+
+
+def test_an_internal_error_of_a_message_durablebeat_did_not_send_is_ignored(previous):
+    run = previous()
+    tracking.on_internal_error(
+        task_id=run.task_id, request={"id": run.task_id}, exception=RuntimeError("x")
+    )
+    assert Run.objects.get(pk=run.pk).state == RunState.PUBLISHED
