@@ -22,6 +22,7 @@ from django.db.models.functions import Coalesce
 
 from . import conf, timing
 from .enums import Kind, RunState
+from .ledger import UNPUBLISHABLE
 from .models import TIMING_FIELDS, Boot, Run, Schedule
 
 logger = logging.getLogger("durablebeat")
@@ -311,6 +312,32 @@ def find_no_news(now: dt.datetime) -> list[Finding]:
     ]
 
 
+def find_unpublishable(now: dt.datetime) -> list[Finding]:
+    """R21: slots whose message the broker client refused for its own content (an expiry
+    it cannot encode, an unserialisable argument): failed at once, never retried, so the
+    schedule will fail the same way on its next slot until the row is fixed."""
+    since = now - conf.settings.CHECK_LOOKBACK
+    refused = (
+        Run.objects.filter(
+            state=RunState.FAILED, finished_at__gte=since, detail__startswith=UNPUBLISHABLE
+        )
+        .values("schedule__name")
+        .annotate(n=Count("id"), last=Max("finished_at"))
+        .order_by("schedule__name")
+    )
+    return [
+        Finding(
+            "unpublishable",
+            Severity.WARNING,
+            f"{g['schedule__name']}: {g['n']} slot(s) not sent, the broker client refused "
+            f"the message for its own content (see the run's error), the latest "
+            f"{ago(now, g['last'])} ago; fix the schedule's message options or arguments",
+            g["schedule__name"],
+        )
+        for g in refused
+    ]
+
+
 def no_success_bound(spec: timing.Spec, until: dt.datetime, periods: int) -> dt.datetime | None:
     """A schedule counted from ``since`` has ``periods`` slots in (since, until] exactly when
     ``since < bound``: its ``periods``-th latest slot at or before ``until``. None for a
@@ -440,6 +467,7 @@ FINDERS: tuple[Callable[[dt.datetime], list[Finding]], ...] = (
     find_lost,
     find_unresolved,
     find_no_news,
+    find_unpublishable,
     find_no_success,
     find_bad_rows,
 )
@@ -498,6 +526,7 @@ SEVERITIES = {
     "lost_runs": Severity.WARNING,
     "unresolved_runs": Severity.WARNING,
     "no_news": Severity.WARNING,
+    "unpublishable": Severity.WARNING,
     "no_success": Severity.WARNING,
     "bad_row": Severity.WARNING,
     "database_unreachable": Severity.CRITICAL,

@@ -407,6 +407,10 @@ def set_aside(schedule_id: int, error: str) -> None:
     Schedule.objects.filter(pk=schedule_id).update(error=text)
 
 
+#: how a run whose message the broker client refused begins its detail (``check`` finds it)
+UNPUBLISHABLE = "not published, the message was refused"
+
+
 def mark_unpublishable(run_ids: Sequence[int], error: str, now: dt.datetime) -> None:
     """R21: the broker client refused these claimed slots' message for its own content (not
     an outage): each run fails with why, and its schedule's last outcome says so, so that
@@ -414,7 +418,7 @@ def mark_unpublishable(run_ids: Sequence[int], error: str, now: dt.datetime) -> 
     if not run_ids:
         return
     error = error.replace("\x00", "\\x00")
-    detail = f"not published, the message was refused: {error}"[:300]
+    detail = f"{UNPUBLISHABLE}: {error}"[:300]
     with transaction.atomic():
         runs = Run.objects.filter(pk__in=list(run_ids), state=RunState.CLAIMED)
         schedule_ids = list(runs.values_list("schedule_id", flat=True))

@@ -15,6 +15,7 @@ from django.test import override_settings
 
 from durablebeat import health
 from durablebeat.enums import RunState
+from durablebeat.ledger import UNPUBLISHABLE
 from durablebeat.models import Schedule
 
 pytestmark = pytest.mark.django_db
@@ -171,6 +172,18 @@ def test_published_and_never_started_past_the_no_news_bound_is_no_news(healthy, 
     assert (finding.code, finding.severity) == ("no_news", health.Severity.WARNING)
     assert finding.schedule == "minutely" and "no worker started" in finding.message
     assert health.exit_code([finding]) == 1
+
+
+def test_a_slot_whose_message_was_refused_is_reported_by_name(healthy, make_run, t0):
+    """R21: a message the broker client refuses for its own content fails its slot at once;
+    check says so now, not after no_success's few periods."""
+    detail = f"{UNPUBLISHABLE}: OverflowError: Python int too large to convert"
+    make_run(healthy, t0 - 2 * MIN, state=RunState.FAILED, finished_at=t0 - 2 * MIN, detail=detail)
+    make_run(healthy, t0 - MIN, state=RunState.FAILED, finished_at=t0 - MIN, error="boom")
+    [finding] = health.findings(t0)
+    assert (finding.code, finding.schedule) == ("unpublishable", "minutely")
+    assert "1 slot(s) not sent" in finding.message
+    assert "unpublishable" not in codes(t0 + 25 * H)  # past CHECK_LOOKBACK
 
 
 def test_published_within_the_no_news_bound_is_silent(healthy, make_run, t0):
@@ -356,6 +369,8 @@ def test_every_finding_at_once_each_with_its_documented_severity(
     make_run(starved, t0 - 2 * H, boot=stale, state=RunState.LOST, finished_at=t0 - H)
     make_run(starved, t0 - 10 * MIN, boot=stale, state=RunState.CLAIMED)
     make_run(starved, t0 - 30 * MIN, state=RunState.PUBLISHED, published_at=t0 - 30 * MIN)
+    refused = f"{UNPUBLISHABLE}: OverflowError: expires"
+    make_run(starved, t0 - 20 * MIN, state=RunState.FAILED, finished_at=t0, detail=refused)
     broken = make_schedule("broken", every=60)
     Schedule.objects.filter(pk=broken.pk).update(error="every: bad")
     without_beat = {f.code for f in health.findings(t0)}
