@@ -21,6 +21,7 @@ def register() -> None:
     checks.register(check_metrics_public, "durablebeat")
     checks.register(check_scheduler_configured, "durablebeat")
     checks.register(check_code_schedules, "durablebeat")
+    checks.register(check_database_backend, "durablebeat")
 
 
 def check_time_zone_support(**kwargs: Any) -> list[checks.CheckMessage]:
@@ -144,3 +145,14 @@ def check_code_schedules(**kwargs: Any) -> list[checks.CheckMessage]:
     except BadEntry as exc:
         return [checks.Error(str(exc), id="durablebeat.E003")]
     return []
+
+
+def check_database_backend(**kwargs: Any) -> list[checks.CheckMessage]:
+    """R23: a backend durablebeat does not support is refused before beat starts."""
+    from .dberrors import unsupported_backend
+
+    problem = unsupported_backend()
+    if problem is None:
+        return []
+    hint = "Use PostgreSQL, MariaDB 10.6+ / MySQL 8 or SQLite (README: Supported versions)."
+    return [checks.Error(problem, hint=hint, id="durablebeat.E004")]

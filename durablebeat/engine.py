@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connection, transaction
 
-from . import clock, conf, ledger, notify, publishing, recovery, timing
+from . import clock, conf, dberrors, ledger, notify, publishing, recovery, timing
 from .codesync import CodeEntry
 from .codesync import sync as sync_code
 from .enums import Reason
@@ -113,6 +113,8 @@ class Engine:
     #: outage memory dropped since it last said so in the log, and when it said so
     _dropped: int = 0
     _drop_logged_at: dt.datetime | None = None
+    #: database errors that will recur, logged and recorded for ``check`` (R23)
+    _db_errors: dberrors.Reporter = field(default_factory=dberrors.Reporter)
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -145,12 +147,18 @@ class Engine:
         try:
             close_old_connections()
             connection.ensure_connection()
+            dberrors.refuse_unsupported()  # R23: a backend durablebeat cannot use stops the boot
             notify.mark_beat_session()  # this beat's own writes wake no beat
             ledger.register_boot(self.boot_id, self.hostname, self.pid, now)
             sync_code(self.code_entries, now)
             self._reconcile_outage(now)
+            ledger.probe_due(now)
         except DatabaseError as exc:
             connection.close()
+            if dberrors.will_recur(exc):  # R23: not an outage
+                if not self.booted:
+                    raise dberrors.DatabaseUnusable(exc) from exc
+                self._db_errors.report(exc, self.boot_id, now)
             if self.plan == {} and not self.booted:
                 self._plan_from_code(now)
             self.db_ok = False
@@ -180,6 +188,8 @@ class Engine:
     def _lost_db(self, now: dt.datetime, exc: Exception) -> None:
         self.db_ok = False
         self._last_db_try = now
+        if dberrors.will_recur(exc):  # R23: logged as such and reported by check, critical
+            self._db_errors.report(exc, self.boot_id, now)
         with contextlib.suppress(DatabaseError):
             connection.close()
         logger.error(
@@ -219,7 +229,7 @@ class Engine:
                     for due, exc in bad:  # R21: set aside, the rest of the batch is claimed
                         self._bad_row(due.id, due.name, _describe(exc))
         except DatabaseError as exc:
-            if not fires:
+            if not fires or dberrors.will_recur(exc):
                 raise
             # R5: the claim write failed; the slots still go out, the ledger catches up later.
             self._fire_unclaimed(fires, now, exc)

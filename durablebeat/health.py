@@ -460,8 +460,26 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
     return findings
 
 
+def find_database_errors(now: dt.datetime) -> list[Finding]:
+    """R23: a database error a beat met that recurs on every try (a feature the server
+    refuses, a missing table, a permission): schedules in the database are not firing, and
+    waiting will not help. Reported while a beat keeps meeting it (``dberrors``)."""
+    from . import dberrors
+
+    return [
+        Finding(
+            "database_error",
+            Severity.CRITICAL,
+            f"beat {who or '(boot unknown)'} meets a database error on every try, not an "
+            f"outage ({count} times, last {ago(now, at)} ago): {error}",
+        )
+        for error, count, at, who in dberrors.recent(now)
+    ]
+
+
 FINDERS: tuple[Callable[[dt.datetime], list[Finding]], ...] = (
     find_no_beat,
+    find_database_errors,
     find_overdue,
     find_stuck,
     find_lost,
@@ -530,6 +548,7 @@ SEVERITIES = {
     "no_success": Severity.WARNING,
     "bad_row": Severity.WARNING,
     "database_unreachable": Severity.CRITICAL,
+    "database_error": Severity.CRITICAL,
     "check_failed": Severity.CRITICAL,
 }
 CODES = tuple(SEVERITIES)

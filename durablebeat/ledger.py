@@ -166,6 +166,15 @@ def fetch_due(
     return rows
 
 
+def probe_due(now: dt.datetime) -> None:
+    """The due query as a claim runs it, locks and all, rolled back: at boot, an error that
+    will recur on every tick (a locking clause the server refuses, a table or a privilege
+    missing) shows here, before beat takes it for an outage (R23)."""
+    with transaction.atomic():
+        fetch_due(now, now, 1, lock=True)
+        transaction.set_rollback(True)
+
+
 def _skip_locked() -> dict[str, Any]:
     """``select_for_update`` options for the due query that this server has (SPEC §1).
 

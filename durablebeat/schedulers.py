@@ -16,6 +16,7 @@ from celery.beat import Scheduler
 
 from . import clock, conf, ledger, notify, publishing
 from .codesync import BadEntry, celery_timezone, parse_beat_schedule
+from .dberrors import DatabaseUnusable
 from .engine import MIN_SLEEP, PUBLISH_GROUP, Engine
 
 logger = logging.getLogger("durablebeat")
@@ -64,6 +65,8 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             interval = self.engine.tick(clock.now())
         except BadEntry:
             raise  # a code entry refused where it meets the table (a takeover): fail loudly
+        except DatabaseUnusable:
+            raise  # a database error that recurs, or a backend beat cannot use (R23)
         except Exception:
             if self._engine is None:
                 raise  # a bad beat_schedule: fail the boot loudly

@@ -373,6 +373,9 @@ def test_every_finding_at_once_each_with_its_documented_severity(
     make_run(starved, t0 - 20 * MIN, state=RunState.FAILED, finished_at=t0, detail=refused)
     broken = make_schedule("broken", every=60)
     Schedule.objects.filter(pk=broken.pk).update(error="every: bad")
+    from durablebeat import dberrors  # a beat met an error that recurs (R23)
+
+    dberrors.record("ProgrammingError: permission denied", stale.pk, t0 - MIN)
     without_beat = {f.code for f in health.findings(t0)}
     make_boot(started_at=t0 - H, heartbeat_at=t0 - 5 * S)  # beat back: now it starves
     found = health.findings(t0)
