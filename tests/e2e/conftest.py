@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -9,21 +12,68 @@ from django.db import connection
 
 from .harness import Cluster
 
+SUFFIX = os.environ.get("DURABLEBEAT_TEST_SUFFIX", "")
 # Redis database 14 by default; a parallel run sets DURABLEBEAT_TEST_REDIS_DB to its own.
-BROKER = f"redis://127.0.0.1:6379/{os.environ.get('DURABLEBEAT_TEST_REDIS_DB', '14')}"
+# DURABLEBEAT_TEST_BROKER=amqp runs on the local RabbitMQ instead, in a virtual host of
+# this run's own (durablebeat<suffix>), made on first use.
+if os.environ.get("DURABLEBEAT_TEST_BROKER") == "amqp":
+    BROKER = f"amqp://guest:guest@127.0.0.1:5672/durablebeat{SUFFIX}"
+else:
+    BROKER = f"redis://127.0.0.1:6379/{os.environ.get('DURABLEBEAT_TEST_REDIS_DB', '14')}"
+
+#: where the processes started by a test find the test database pytest-django made
+SCHEMES = {"postgresql": "postgres", "mysql": "mysql"}
 
 
 def _database_url() -> str:
     s = connection.settings_dict
-    if connection.vendor != "postgresql":
-        pytest.skip("e2e tests run on PostgreSQL")
-    user = s.get("USER") or "postgres"
-    return f"postgres://{user}@{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}"
+    if connection.vendor not in SCHEMES:
+        pytest.skip("e2e tests run on a database server: PostgreSQL, MariaDB or MySQL")
+    scheme = SCHEMES[connection.vendor]
+    user = s.get("USER") or ("postgres" if scheme == "postgres" else "root")
+    auth = f"{user}:{s['PASSWORD']}" if s.get("PASSWORD") else user
+    port = s.get("PORT") or (5432 if scheme == "postgres" else 3306)
+    return f"{scheme}://{auth}@{s.get('HOST') or '127.0.0.1'}:{port}/{s['NAME']}"
+
+
+@pytest.fixture(scope="session")
+def _amqp_vhost() -> str:
+    """This run's RabbitMQ virtual host, so that runs side by side never share a queue."""
+    vhost = urlsplit(BROKER).path.lstrip("/")
+    ctl = shutil.which("rabbitmqctl")
+    if ctl is None:
+        pytest.fail("DURABLEBEAT_TEST_BROKER=amqp needs rabbitmqctl (RabbitMQ on this host)")
+    existing = subprocess.run([ctl, "-q", "list_vhosts"], capture_output=True, text=True)
+    if vhost not in existing.stdout.split():
+        subprocess.run([ctl, "-q", "add_vhost", vhost], check=True, capture_output=True)
+    subprocess.run(
+        [ctl, "-q", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"],
+        check=True,
+        capture_output=True,
+    )
+    return vhost
+
+
+def _empty_broker() -> None:
+    """No message of an earlier test reaches this one's worker."""
+    if BROKER.startswith("redis"):
+        redis.Redis.from_url(BROKER).flushdb()
+        return
+    from kombu import Connection, Exchange, Queue
+
+    with Connection(BROKER, connect_timeout=10) as conn:
+        channel = conn.default_channel
+        # The queue celery declares by default, declared alike (a durable direct queue).
+        queue = Queue("celery", Exchange("celery", "direct"), routing_key="celery")(channel)
+        queue.declare()
+        queue.purge()
 
 
 @pytest.fixture
 def cluster(request: pytest.FixtureRequest, transactional_db: None) -> Iterator[Cluster]:
-    redis.Redis.from_url(BROKER).flushdb()
+    if BROKER.startswith("amqp"):
+        request.getfixturevalue("_amqp_vhost")
+    _empty_broker()
     c = Cluster(_database_url(), BROKER, request.node.name.replace("[", "-").rstrip("]"))
     try:
         yield c
