@@ -655,4 +655,6 @@ def test_interval_advance_is_the_smallest_grid_point_strictly_after_now(every, d
     steps, remainder = divmod(result - deadline, every)
     assert remainder == dt.timedelta(0) and steps >= 1  # on the grid, never the deadline again
     assert result > now  # in the future
-    assert result - every <= max(now, deadline)  # and the smallest such point
+    # and the smallest such point; max() in UTC: within one zone Python compares wall
+    # times, and deadline + gap can land in a DST gap whose wall time reads later
+    assert result - every <= max(now.astimezone(UTC), deadline.astimezone(UTC))
