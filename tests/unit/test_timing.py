@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from celery.schedules import crontab, schedule, solar
 from django_celery_beat.tzcrontab import TzAwareCrontab
-from hypothesis import given, reject, settings
+from hypothesis import example, given, reject, settings
 from hypothesis import strategies as st
 
 from durablebeat import timing
@@ -647,6 +647,11 @@ AWARE_INSTANTS = st.datetimes(
     every=st.timedeltas(dt.timedelta(microseconds=1), 3 * D),
     deadline=AWARE_INSTANTS,
     gap=st.timedeltas(-10 * D, 400 * D),
+)
+@example(  # a deadline in Berlin's spring-forward gap
+    every=dt.timedelta(microseconds=1),
+    deadline=dt.datetime(2000, 3, 26, 2, 59, tzinfo=ZoneInfo("Europe/Berlin")),
+    gap=dt.timedelta(seconds=60),
 )
 def test_interval_advance_is_the_smallest_grid_point_strictly_after_now(every, deadline, gap):
     now = deadline + gap
