@@ -1,6 +1,6 @@
 """durablebeat: a Celery beat scheduler whose "when next" lives in the database.
 
-See README.md and the behaviour contract (SPEC.md) for the rules (R1...) the code follows.
+See README.md and the behaviour contract (docs/CONTRACT.md) for the rules (R1...) the code follows.
 """
 
 __version__ = "0.1.0"
