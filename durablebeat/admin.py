@@ -29,6 +29,7 @@ from . import clock, conf, health, publishing, report, timing
 from .enums import Reason, RunState, Source
 from .forms import CODE_OWNED_FIELDS, ScheduleForm, ShownToTheSecondField, apply_edit_rules
 from .models import (
+    LIMIT_FIELDS,
     MESSAGE_FIELDS,
     POLICY_FIELDS,
     Boot,
@@ -206,9 +207,17 @@ class ScheduleAdmin(_ScheduleAdminBase):
         ),
         ("Next fire", {"fields": ("next_fire_at",)}),
         (
+            "Time limits",
+            {
+                "fields": (LIMIT_FIELDS,),
+                "description": "Seconds, sent with every fire (Celery's time_limit and "
+                "soft_time_limit). Empty: the task's or the app's own.",
+            },
+        ),
+        (
             "Message",
             {
-                "fields": MESSAGE_FIELDS,
+                "fields": tuple(f for f in MESSAGE_FIELDS if f not in LIMIT_FIELDS),
                 "classes": ("collapse",),
             },
         ),

@@ -17,10 +17,11 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import transaction
 from django.db.models import Q
+from kombu.entity import DELIVERY_MODES
 
 from . import timing
 from .enums import Overlap, Source
-from .models import MESSAGE_FIELDS, POLICY_FIELDS, Schedule
+from .models import MESSAGE_FIELDS, MESSAGE_OPTIONS, POLICY_FIELDS, Schedule
 from .validation import MAX_EVERY, describe_errors, validate_schedule_fields
 
 logger = logging.getLogger("durablebeat")
@@ -34,8 +35,51 @@ POLICY_KEYS = {
     "description",
     "take_over",
 }
-#: keys of ``options`` that become message options
-MESSAGE_OPTION_KEYS = {"queue", "routing_key", "priority", "expires", "headers"}
+#: options Celery's beat would pass to ``apply_async`` that make no sense for a periodic
+#: fire, each refused by name with the reason (R24); any other key not in
+#: ``MESSAGE_OPTIONS`` is refused as unsupported
+_PROCESS_OBJECT = "a live object of one process, which a stored schedule cannot hold"
+_CANVAS = "Celery sets it for a task called from another task or a canvas; a fire has no parent"
+_PUBLISH = (
+    "beat publishes with its own retry: a claim whose publish fails is kept and published "
+    "again when the broker answers (R5)"
+)
+REFUSED_OPTIONS = {
+    "countdown": "a periodic fire goes out at its slot; use the schedule",
+    "eta": "a periodic fire goes out at its slot; use the schedule",
+    "link": "a callback is not stored on a schedule; call the next task from the task's body",
+    "link_error": "an errback is not stored on a schedule; handle the error in the task",
+    "task_id": "every fire gets its own id, the key of its run in the ledger (R3, R11)",
+    "retry": _PUBLISH,
+    "retry_policy": _PUBLISH,
+    "timeout": _PUBLISH,
+    "confirm_timeout": _PUBLISH,
+    "producer": _PROCESS_OBJECT,
+    "publisher": _PROCESS_OBJECT,
+    "connection": _PROCESS_OBJECT,
+    "router": _PROCESS_OBJECT,
+    "result_cls": _PROCESS_OBJECT,
+    "add_to_parent": _CANVAS,
+    "chain": _CANVAS,
+    "chord": _CANVAS,
+    "group_id": _CANVAS,
+    "group_index": _CANVAS,
+    "parent_id": _CANVAS,
+    "root_id": _CANVAS,
+    "reply_to": _CANVAS,
+}
+#: options whose value is a name, stored as it is
+_TEXT_OPTIONS = (
+    "queue",
+    "exchange",
+    "exchange_type",
+    "routing_key",
+    "serializer",
+    "compression",
+    "shadow",
+)
+#: options whose value is a number of seconds
+_SECONDS_OPTIONS = ("expires", "time_limit", "soft_time_limit")
 
 
 class BadEntry(ImproperlyConfigured):
@@ -49,11 +93,21 @@ class CodeEntry:
     spec: timing.Spec
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
+    # the message options (R24): named as the model's fields, empty means "not given"
     queue: str = ""
+    exchange: str = ""
+    exchange_type: str = ""
     routing_key: str = ""
     priority: int | None = None
     expire_seconds: float | None = None
     headers: dict[str, Any] = field(default_factory=dict)
+    serializer: str = ""
+    compression: str = ""
+    delivery_mode: int | None = None
+    ignore_result: bool | None = None
+    shadow: str = ""
+    time_limit: float | None = None
+    soft_time_limit: float | None = None
     startup_grace: dt.timedelta | None = None
     catch_up: bool = False
     catch_up_window: dt.timedelta | None = None
@@ -64,9 +118,9 @@ class CodeEntry:
 
     def apply_to(self, row: Schedule) -> None:
         """Write everything code owns into ``row``; timing through ``set_spec``."""
-        row.task, row.args, row.kwargs = self.task, self.args, self.kwargs
-        row.queue, row.routing_key, row.priority = self.queue, self.routing_key, self.priority
-        row.expire_seconds, row.headers = self.expire_seconds, self.headers
+        row.task = self.task
+        for name in MESSAGE_FIELDS:
+            setattr(row, name, getattr(self, name))
         row.startup_grace, row.catch_up = self.startup_grace, self.catch_up
         row.catch_up_window, row.overlap = self.catch_up_window, self.overlap
         row.description = self.description
@@ -112,6 +166,31 @@ class _Reader:
             raise self.bad(what, f"must be a finite number of seconds, got {value!r}")
         return None if value is None else float(value)
 
+    def delivery_mode(self, value: Any) -> int | None:
+        words = "1, 2, 'transient' or 'persistent'"
+        self.typed(value, "delivery_mode", (int, str), words)
+        if isinstance(value, str):
+            if value not in DELIVERY_MODES:
+                raise self.bad("delivery_mode", f"must be {words}, got {value!r:.80}")
+            return int(DELIVERY_MODES[value])
+        return value  # type: ignore[no-any-return]
+
+    def message(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """{CodeEntry field: value} of an entry's message options, each read by its type."""
+        values: dict[str, Any] = {
+            MESSAGE_OPTIONS[key]: self.text(options.get(key), key) for key in _TEXT_OPTIONS
+        }
+        for key in _SECONDS_OPTIONS:
+            values[MESSAGE_OPTIONS[key]] = self.number(options.get(key), f"options[{key!r}]")
+        values["priority"] = self.typed(options.get("priority"), "priority", (int,), "an integer")
+        values["ignore_result"] = self.typed(
+            options.get("ignore_result"), "ignore_result", (bool,), "True or False"
+        )
+        values["delivery_mode"] = self.delivery_mode(options.get("delivery_mode"))
+        headers = self.typed(options.get("headers"), "headers", (dict,), "a dict")
+        values["headers"] = dict(headers or {})
+        return values
+
 
 def parse_entry(
     name: str, entry: Mapping[str, Any], default_timezone: str, check_task: bool = True
@@ -146,7 +225,10 @@ def parse_entry(
     )
     if unknown := set(policy) - POLICY_KEYS:
         raise BadEntry(f"{where}: unknown options['durablebeat'] keys {sorted(unknown, key=repr)}")
-    if unknown := set(options) - MESSAGE_OPTION_KEYS:
+    if refused := sorted(k for k in options if isinstance(k, str) and k in REFUSED_OPTIONS):
+        reasons = "; ".join(f"{key} is refused: {REFUSED_OPTIONS[key]}" for key in refused)
+        raise BadEntry(f"{where}: {reasons}")
+    if unknown := set(options) - {*MESSAGE_OPTIONS, "headers"}:
         raise BadEntry(f"{where}: unsupported options {sorted(unknown, key=repr)}")
     flags = {
         key: read.typed(policy.get(key, False), key, (bool,), "True or False")
@@ -161,11 +243,7 @@ def parse_entry(
         spec=spec,
         args=list(args or []),
         kwargs=dict(kwargs or {}),
-        queue=read.text(options.get("queue"), "queue"),
-        routing_key=read.text(options.get("routing_key"), "routing_key"),
-        priority=read.typed(options.get("priority"), "priority", (int,), "an integer"),
-        expire_seconds=read.number(options.get("expires"), "options['expires']"),
-        headers=dict(read.typed(options.get("headers"), "headers", (dict,), "a dict") or {}),
+        **read.message(options),
         startup_grace=read.duration(policy.get("startup_grace"), "startup_grace"),
         catch_up=flags["catch_up"],
         catch_up_window=read.duration(policy.get("catch_up_window"), "catch_up_window"),

@@ -137,6 +137,18 @@ class ShownToTheSecondField(forms.SplitDateTimeField):
         return bool(super().has_changed(initial, data))
 
 
+class DefaultBooleanSelect(forms.NullBooleanSelect):
+    """Yes / no / empty, where empty is not "unknown" but "the task's own setting"."""
+
+    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs)
+        self.choices = [
+            ("unknown", "the task's own setting"),
+            ("true", "Yes"),
+            ("false", "No"),
+        ]
+
+
 if TYPE_CHECKING:
     _ModelForm = forms.ModelForm[Schedule]
 else:  # Django's classes are generic for the type checker only
@@ -172,6 +184,7 @@ class ScheduleForm(_ModelForm):
         widgets = {
             "task": TaskNameInput(attrs={"size": 60}),
             "description": forms.Textarea(attrs={"rows": 2, "cols": 60}),
+            "ignore_result": DefaultBooleanSelect(),
         }
 
     def clean(self) -> dict[str, Any]:

@@ -220,8 +220,6 @@ def _next_fire(
 def build_row(task: Any, now: dt.datetime) -> tuple[Schedule, str, list[str]]:
     """The durablebeat row for one periodic task; ``Skip`` says why there is none."""
     notes: list[str] = []
-    if task.exchange:
-        raise Skip(f"exchange override {task.exchange!r}: durablebeat has no exchange option")
     ended = _aware(task.expires)
     if ended is not None and ended > now:
         raise Skip(
@@ -252,6 +250,7 @@ def build_row(task: Any, now: dt.datetime) -> tuple[Schedule, str, list[str]]:
         args=args,
         kwargs=kwargs,
         queue=task.queue or "",
+        exchange=task.exchange or "",
         routing_key=task.routing_key or "",
         priority=task.priority,
         expire_seconds=float(task.expire_seconds) if task.expire_seconds else None,

@@ -23,6 +23,7 @@ from . import conf, validation
 from .enums import IN_FLIGHT_STATES, Overlap, Reason, RunState, Source
 from .models import (
     MESSAGE_FIELDS,
+    MESSAGE_OPTIONS,
     POLICY_FIELDS,
     TIMING_FIELDS,
     Boot,
@@ -64,15 +65,13 @@ class Message:
     def for_row(cls, row: Schedule) -> Message:
         """Raises ``timing.InvalidSchedule`` when a stored JSON field has the wrong shape."""
         validation.check_message_shapes(row)
-        options: dict[str, Any] = {}
-        if row.queue:
-            options["queue"] = row.queue
-        if row.routing_key:
-            options["routing_key"] = row.routing_key
-        if row.priority is not None:
-            options["priority"] = row.priority
-        if row.expire_seconds is not None:
-            options["expires"] = row.expire_seconds
+        # Every apply_async option the schedule holds, on every fire (R24); an empty one is
+        # left out, so the task's or the app's own default applies as under Celery's beat.
+        options: dict[str, Any] = {
+            option: value
+            for option, name in MESSAGE_OPTIONS.items()
+            if (value := getattr(row, name)) is not None and value != ""
+        }
         return cls(row.task, list(row.args), dict(row.kwargs), options | {"headers": row.headers})
 
     @classmethod

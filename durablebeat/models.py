@@ -20,11 +20,40 @@ MESSAGE_FIELDS = (
     "args",
     "kwargs",
     "queue",
+    "exchange",
+    "exchange_type",
     "routing_key",
     "priority",
     "expire_seconds",
     "headers",
+    "serializer",
+    "compression",
+    "delivery_mode",
+    "ignore_result",
+    "shadow",
+    "time_limit",
+    "soft_time_limit",
 )
+#: the message fields that are Celery ``apply_async`` options: {option: model field}. A
+#: ``beat_schedule`` entry's ``options`` name them so, and every fire passes them to
+#: ``send_task`` so (R24); an empty field passes nothing (the task's or app's default).
+MESSAGE_OPTIONS = {
+    "queue": "queue",
+    "exchange": "exchange",
+    "exchange_type": "exchange_type",
+    "routing_key": "routing_key",
+    "priority": "priority",
+    "expires": "expire_seconds",
+    "serializer": "serializer",
+    "compression": "compression",
+    "delivery_mode": "delivery_mode",
+    "ignore_result": "ignore_result",
+    "shadow": "shadow",
+    "time_limit": "time_limit",
+    "soft_time_limit": "soft_time_limit",
+}
+#: the per-schedule time limits (the admin shows them outside the collapsed message options)
+LIMIT_FIELDS = ("time_limit", "soft_time_limit")
 #: when it fires: a change here means "a different schedule", beat recomputes the next fire (R6)
 TIMING_FIELDS = (
     "kind",
@@ -58,6 +87,48 @@ class Schedule(models.Model):
         null=True, blank=True, help_text="Message expires this many seconds after it is sent."
     )
     headers = models.JSONField(default=dict, blank=True, help_text="Extra message headers.")
+    exchange = models.CharField(max_length=200, blank=True, help_text="Empty: the queue's.")
+    exchange_type = models.CharField(
+        max_length=32, blank=True, help_text="direct, topic, fanout, headers. Empty: the queue's."
+    )
+    serializer = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="A serializer kombu knows: json, msgpack, pickle, yaml. Empty: the app's.",
+    )
+    compression = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="A compression kombu knows: gzip, bzip2, lzma... Empty: none (the app's).",
+    )
+    delivery_mode = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        choices=[(1, "transient"), (2, "persistent")],
+        help_text="Empty: the queue's (persistent by default).",
+    )
+    ignore_result = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text="Store no result. Empty: the task's own setting. Without a stored result, "
+        "a run whose worker died is lost rather than reconciled (R13).",
+    )
+    shadow = models.CharField(
+        max_length=200, blank=True, help_text="The task's name in worker logs and events."
+    )
+    time_limit = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Hard time limit in seconds: the worker kills the run past it, and beat "
+        "reclaims a run still going this long (plus its margin) after its start. "
+        "Empty: the task's or app's.",
+    )
+    soft_time_limit = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Soft time limit in seconds (at most the hard one): the body gets "
+        "SoftTimeLimitExceeded. Empty: the task's or app's.",
+    )
     description = models.TextField(blank=True)
 
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.INTERVAL)

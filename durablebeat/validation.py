@@ -99,8 +99,23 @@ MAX_JSON_DEPTH = 32
 #: ``DURABLEBEAT_MAX_MESSAGE_BYTES``: args, kwargs and headers together, serialised as JSON
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024
 MIN_MAX_MESSAGE_BYTES, MAX_MAX_MESSAGE_BYTES = 1024, 16 * 1024 * 1024
+#: ``time_limit`` and ``soft_time_limit``: finite, more than 0, at most a year (the worker
+#: arms a timer with it, and the orphan reclaim adds it to a run's start, R15)
+MAX_TIME_LIMIT = 366 * 86400.0
+#: AMQP's delivery modes (``kombu.entity.DELIVERY_MODES``): 1 transient, 2 persistent
+DELIVERY_MODES = (1, 2)
 #: fields that are one printable line: a newline in a name would forge log lines
-LINE_FIELDS = ("name", "task", "queue", "routing_key")
+LINE_FIELDS = (
+    "name",
+    "task",
+    "queue",
+    "exchange",
+    "exchange_type",
+    "routing_key",
+    "serializer",
+    "compression",
+    "shadow",
+)
 
 
 def _shape_error(value: Any, expected: type, what: str) -> str | None:
@@ -206,16 +221,68 @@ def _words(value: dt.timedelta) -> str:
     return f"{seconds:g} seconds"
 
 
-def expire_error(value: Any) -> str | None:
+def seconds_error(value: Any, high: float) -> str | None:
+    """Not a finite number of seconds more than 0 and at most ``high``?"""
     if isinstance(value, bool):
         return "must be a number of seconds, not a bool"
     if not isinstance(value, int | float):
         return None  # the model field's own check names a string or other type
     if not math.isfinite(value):
         return f"must be a finite number of seconds, got {value!r}"
-    if not 0 < value <= MAX_EXPIRE_SECONDS:
-        return f"must be more than 0 and at most {MAX_EXPIRE_SECONDS:g} seconds, got {value!r}"
+    if not 0 < value <= high:
+        return f"must be more than 0 and at most {high:g} seconds, got {value!r}"
     return None
+
+
+def expire_error(value: Any) -> str | None:
+    return seconds_error(value, MAX_EXPIRE_SECONDS)
+
+
+def soft_limit_error(soft: Any, hard: Any) -> str | None:
+    """The soft limit warns the body before the hard one kills it: never after it."""
+    if (msg := seconds_error(soft, MAX_TIME_LIMIT)) is not None:
+        return msg
+    if (
+        isinstance(soft, int | float)
+        and isinstance(hard, int | float)
+        and seconds_error(hard, MAX_TIME_LIMIT) is None
+        and soft > hard
+    ):
+        return f"must be at most time_limit ({hard:g} s), got {soft:g}"
+    return None
+
+
+def serializer_error(name: Any) -> str | None:
+    """A name kombu cannot serialise with fails every fire at publish: refused at entry."""
+    from kombu.serialization import registry
+
+    if not isinstance(name, str) or not name or name in registry.name_to_type:
+        return None
+    known = ", ".join(sorted(registry.name_to_type))
+    return f"no serializer named {name!r} is registered in kombu (known: {known})"
+
+
+def compression_error(name: Any) -> str | None:
+    from kombu import compression
+
+    if not isinstance(name, str) or not name:
+        return None
+    try:
+        compression.get_encoder(name)
+    except KeyError:
+        # kombu lists its aliases (gzip, bzip2...) nowhere public; the content types it
+        # encodes are what a name resolves to.
+        known = ", ".join(sorted({*getattr(compression, "_aliases", {}), *compression.encoders()}))
+        return f"no compression named {name!r} is registered in kombu (known: {known})"
+    return None
+
+
+def delivery_mode_error(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "must be 1 (transient) or 2 (persistent), not a bool"
+    if isinstance(value, int) and value not in DELIVERY_MODES:
+        return f"must be 1 (transient) or 2 (persistent), got {value}"
+    return None  # the model field's own check names a non-integer
 
 
 def priority_error(value: Any) -> str | None:
@@ -237,8 +304,14 @@ def _range_errors(schedule: Schedule) -> dict[str, str]:
         ),
         "expire_seconds": expire_error(schedule.expire_seconds),
         "priority": priority_error(schedule.priority),
+        "time_limit": seconds_error(schedule.time_limit, MAX_TIME_LIMIT),
+        "soft_time_limit": soft_limit_error(schedule.soft_time_limit, schedule.time_limit),
+        "serializer": serializer_error(schedule.serializer),
+        "compression": compression_error(schedule.compression),
+        "delivery_mode": delivery_mode_error(schedule.delivery_mode),
     }
-    checks |= {name: line_error(getattr(schedule, name)) for name in LINE_FIELDS}
+    for name in LINE_FIELDS:  # a field's own check above speaks first
+        checks[name] = checks.get(name) or line_error(getattr(schedule, name))
     return {name: msg for name, msg in checks.items() if msg is not None}
 
 

@@ -223,7 +223,6 @@ def test_what_cannot_move_is_listed_and_skipped_with_the_reason(t0):
     solar = SolarSchedule.objects.create(event="sunrise", latitude=52.52, longitude=13.40)
     periodic("dawn", solar=solar)
     periodic("ends", interval=every(5), expires=t0 + 24 * H)
-    periodic("exchange", interval=every(5), exchange="custom")
     periodic("bad-args", interval=every(5), args="[1,")
     periodic("bad-kwargs", interval=every(5), kwargs="[1]")
     periodic("typo", interval=every(5), task="no.such.task")
@@ -231,13 +230,12 @@ def test_what_cannot_move_is_listed_and_skipped_with_the_reason(t0):
     assert {i.action for i in plan.values()} == {importer.SKIP}
     assert "solar schedule (sunrise at 52.52" in plan["dawn"].why
     assert "end date" in plan["ends"].why
-    assert "exchange" in plan["exchange"].why
     assert plan["bad-args"].why.startswith("args: malformed JSON")
     assert plan["bad-kwargs"].why.startswith("kwargs: must be a JSON object")
     assert plan["typo"].why.startswith("task: no task named 'no.such.task'")
     out = run()
     assert "skip    dawn: solar schedule" in out
-    assert "created 0, skipped 6, already present 0" in out
+    assert "created 0, skipped 5, already present 0" in out
     assert not Schedule.objects.exists()
 
 
