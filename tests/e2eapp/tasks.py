@@ -51,6 +51,20 @@ def outlive_soft_limit(self, seconds: float) -> str:  # type: ignore[no-untyped-
     return "finished after soft limit"
 
 
+@shared_task(bind=True)
+def outlive_schedule_soft_limit(self, seconds: float) -> str:  # type: ignore[no-untyped-def]
+    """``outlive_soft_limit`` without limits of its own: the schedule's options set them."""
+    deadline = time.monotonic() + seconds
+    soft_limit_seen = False
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.1)
+        except SoftTimeLimitExceeded:
+            soft_limit_seen = True
+    _record(self, note="soft limit seen" if soft_limit_seen else "")
+    return "finished"
+
+
 @shared_task(bind=True, soft_time_limit=1, time_limit=60)
 def escape_soft_limit(self, seconds: float) -> str:  # type: ignore[no-untyped-def]
     """Lets SoftTimeLimitExceeded escape: failed (R12)."""
