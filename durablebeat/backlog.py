@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import DatabaseError, DataError, IntegrityError, close_old_connections, connection
 
 from . import completion
 from .models import Run
@@ -58,7 +58,7 @@ class Write:
 
 
 #: what one try of a write came to
-DONE, RETRY, ABSENT = "done", "retry", "absent"
+DONE, RETRY, ABSENT, REFUSED = "done", "retry", "absent", "refused"
 
 
 def apply(event: Event) -> bool:
@@ -69,13 +69,18 @@ def apply(event: Event) -> bool:
 
 
 def try_write(write: Write, make: Callable[[Event], bool] = apply) -> str:
-    """DONE (made, or nothing left to move), RETRY (database error) or ABSENT (no run with
-    that task id yet)."""
+    """DONE (made, or nothing left to move), RETRY (the database failed: try again later),
+    ABSENT (no run with that task id yet) or REFUSED (the write itself can never be made:
+    the database refuses its values, or it cannot even be encoded; logged, never retried,
+    so that one bad write never holds up the ones behind it)."""
     try:
         close_old_connections()
         if make(write.event) or Run.objects.filter(task_id=write.task_id).exists():
             return DONE
         return ABSENT
+    except (DataError, IntegrityError) as exc:
+        _refused(write, exc)
+        return REFUSED
     except DatabaseError as exc:
         with contextlib.suppress(DatabaseError):
             connection.close()
@@ -87,10 +92,28 @@ def try_write(write: Write, make: Callable[[Event], bool] = apply) -> str:
             extra={"event": "tracking_kept", "task_id": write.task_id},
         )
         return RETRY
+    except Exception as exc:  # not the database's: this write's own values
+        _refused(write, exc)
+        return REFUSED
+
+
+def _refused(write: Write, exc: BaseException) -> None:
+    logger.error(
+        "dropped %s of task %s: the database cannot take it: %s: %s",
+        write.what,
+        write.task_id,
+        type(exc).__name__,
+        exc,
+        extra={"event": "tracking_dropped", "task_id": write.task_id},
+    )
 
 
 class Backlog:
-    """Writes kept by one process, and the thread that makes them (started on demand)."""
+    """Writes kept by one process, and the thread that makes them (started on demand).
+
+    No database write is made while the lock is held: a database that hangs (a connect to a
+    host that does not answer) holds up only the write that meets it, never the tasks that
+    keep theirs behind it."""
 
     def __init__(
         self,
@@ -110,41 +133,59 @@ class Backlog:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._in_pass = 0  #: writes taken out by the pass under way
 
     def __len__(self) -> int:
-        with self._lock:  # not part-way through a pass
-            return len(self.kept)
+        with self._lock:
+            return len(self.kept) + self._in_pass
 
     def submit(self, write: Write) -> None:
         """Make ``write`` now, or keep it behind the ones already kept (their order holds)."""
         with self._lock:
-            if not self.kept:
-                outcome = try_write(write, self.make)
-                if outcome == DONE:
-                    return
-                if outcome == ABSENT:
-                    write.absent_since = self.clock()
+            if self.kept or self._in_pass:
+                self._keep(write)
+                return
+        outcome = try_write(write, self.make)
+        if outcome in (DONE, REFUSED):
+            return
+        if outcome == ABSENT:
+            write.absent_since = self.clock()
+        with self._lock:
             self._keep(write)
-            if self.background:
-                self._ensure_thread()
 
     def _keep(self, write: Write) -> None:
+        """With the lock held."""
         if len(self.kept) >= self.max_kept:
             self._drop(self.kept.popleft(), f"more than {self.max_kept} writes kept")
         self.kept.append(write)
+        if self.background:
+            self._ensure_thread()
 
     def flush(self) -> str:
         """One pass over what is kept, in order; RETRY when the database still fails, ABSENT
         when writes wait for their runs, DONE when nothing is left."""
         with self._lock:
-            return self._flush_locked()
+            if self._in_pass:
+                return RETRY  # another pass is under way
+            batch, self.kept = self.kept, deque()
+            self._in_pass = len(batch)
+        left: deque[Write] = deque(batch)
+        outcome = RETRY
+        try:
+            left, outcome = self._pass(batch)
+        finally:
+            with self._lock:
+                left.extend(self.kept)  # kept while the pass went on: behind the rest
+                self.kept = left
+                self._in_pass = 0
+        return outcome
 
-    def _flush_locked(self) -> str:
+    def _pass(self, batch: deque[Write]) -> tuple[deque[Write], str]:
         waiting: set[str] = set()  # tasks with an earlier write still kept: keep their order
         left: deque[Write] = deque()
         made, failed = 0, False
-        while self.kept:
-            write = self.kept.popleft()
+        while batch:
+            write = batch.popleft()
             if write.task_id in waiting:
                 left.append(write)
                 continue
@@ -152,11 +193,11 @@ class Backlog:
             if outcome == RETRY:
                 failed = True
                 left.append(write)
-                left.extend(self.kept)
-                self.kept.clear()
+                left.extend(batch)
+                batch.clear()
                 break
-            if outcome == DONE:
-                made += 1
+            if outcome in (DONE, REFUSED):
+                made += outcome == DONE
                 continue
             now = self.clock()
             if write.absent_since is None:
@@ -166,7 +207,6 @@ class Backlog:
                 continue
             waiting.add(write.task_id)
             left.append(write)
-        self.kept = left
         if made:
             logger.info(
                 "wrote %d kept tracking writes (%d still kept)",
@@ -175,8 +215,8 @@ class Backlog:
                 extra={"event": "tracking_written", "count": made},
             )
         if not left:
-            return DONE
-        return RETRY if failed else ABSENT
+            return left, DONE
+        return left, RETRY if failed else ABSENT
 
     @staticmethod
     def _drop(write: Write, why: str) -> None:
@@ -189,6 +229,7 @@ class Backlog:
         )
 
     def _ensure_thread(self) -> None:
+        """With the lock held."""
         if self._thread is None or not self._thread.is_alive():
             self._stopping.clear()
             self._thread = threading.Thread(
@@ -200,10 +241,14 @@ class Backlog:
         wait = FIRST_WAIT
         try:
             while not self._stopping.wait(wait):
-                outcome = self.flush()
+                try:
+                    outcome = self.flush()
+                except Exception:  # never let the thread die with writes kept
+                    logger.exception("tracking pass failed", extra={"event": "tracking_failed"})
+                    outcome = RETRY
                 if outcome == DONE:
                     with self._lock:
-                        if not self.kept:
+                        if not self.kept and not self._in_pass:
                             self._thread = None
                             return
                     wait = FIRST_WAIT  # kept meanwhile
@@ -215,12 +260,15 @@ class Backlog:
             with contextlib.suppress(DatabaseError):
                 connection.close()
 
-    def drain(self) -> None:
+    def drain(self, timeout: float = 5.0) -> None:
         """At exit: one last pass, and a line for every write that is dropped."""
         self._stopping.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)  # a pass under way finishes first
+        if len(self):
+            self.flush()
         with self._lock:
-            if self.kept:
-                self._flush_locked()
             for write in self.kept:
                 self._drop(write, "the worker process is exiting")
             self.kept.clear()

@@ -19,3 +19,17 @@ def check_aware(value: dt.datetime, name: str = "datetime") -> dt.datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{name} must be timezone-aware, got naive {value!r}")
     return value
+
+
+#: the calendar's edges, as aware instants
+EARLIEST = dt.datetime.min.replace(tzinfo=dt.UTC)
+LATEST = dt.datetime.max.replace(tzinfo=dt.UTC)
+
+
+def shift(instant: dt.datetime, delta: dt.timedelta) -> dt.datetime:
+    """``instant + delta``, stopping at the calendar's edge instead of raising: a stored
+    value out of every range (written around the checks) must not stop the loop (R21)."""
+    try:
+        return instant + delta
+    except OverflowError:
+        return LATEST if delta > dt.timedelta(0) else EARLIEST

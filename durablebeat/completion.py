@@ -35,6 +35,13 @@ COMPLETABLE = STARTABLE
 MAX_ERROR = 4000
 
 
+def storable(text: str) -> str:
+    """Text any database takes: an exception's message may hold a NUL (PostgreSQL refuses
+    it) or a lone surrogate (no encoding takes it); both are written escaped."""
+    text = text.replace("\x00", "\\x00")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 @dataclass(frozen=True)
 class Started:
     """A worker began the body of a run's task."""
@@ -64,7 +71,7 @@ def start(event: Started) -> bool:
         Run.objects.filter(task_id=event.task_id, state__in=STARTABLE).update(
             state=RunState.STARTED,
             started_at=event.at,
-            worker=event.worker[:255],
+            worker=storable(event.worker)[:255],
             worker_pid=event.worker_pid,
             hard_time_limit=event.hard_time_limit,
             published_at=Coalesce(F("published_at"), event.at),
@@ -86,7 +93,7 @@ def finish(event: Finished) -> bool:
         "started_at": Coalesce(F("started_at"), event.started_at or event.at),
         "published_at": Coalesce(F("published_at"), event.started_at or event.at),
         "soft_time_limit_exceeded": event.soft_time_limit_exceeded,
-        "error": event.error[:MAX_ERROR],
+        "error": storable(event.error)[:MAX_ERROR],
         "detail": "",
     }
     with transaction.atomic():

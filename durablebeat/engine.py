@@ -206,8 +206,8 @@ class Engine:
             self._last_heartbeat = now
             self._refresh_plan()
         if self.retries:
-            self.retries.run(self, now)
-        recovery.resend_in_doubt(self, now)
+            self._run_hook(self.retries.run, now)
+        self._run_hook(recovery.resend_in_doubt, now)
         for hook in self.hooks:
             self._run_hook(hook, now)
         horizon = now + dt.timedelta(seconds=s.MAX_INTERVAL)
@@ -290,7 +290,7 @@ class Engine:
                 if row.next_fire_at is not None and row.next_fire_at > now:
                     wake = row.next_fire_at if wake is None else min(wake, row.next_fire_at)
                     continue
-                due = self._due(row)
+                due = ledger.due_from_row(row)
                 message = ledger.Message.for_row(row)
                 action = decide(due, now, late_after, due.id in self.caught_up)
                 _check_moves_on(action, now)
@@ -309,17 +309,6 @@ class Engine:
                     raise
                 self._bad_row(row.pk, row.name, _describe(exc))
         return wake
-
-    @staticmethod
-    def _due(row: Any) -> Due:
-        """The policy's value of a row; a negative startup grace of its own (written around
-        the form) makes it bad: it would be deferred into the past for ever."""
-        due = ledger.due_from_row(row)
-        if due.startup_grace < dt.timedelta(0):
-            raise timing.InvalidSchedule(
-                "startup_grace", f"must not be negative, got {row.startup_grace}"
-            )
-        return due
 
     def _fire_unclaimed(
         self, fires: list[tuple[Due, Fire, ledger.Message]], now: dt.datetime, exc: Exception

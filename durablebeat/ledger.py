@@ -19,7 +19,8 @@ from django.db import DatabaseError, DataError, IntegrityError, connection, tran
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Coalesce
 
-from . import conf, validation
+from . import conf, timing, validation
+from .completion import storable
 from .enums import IN_FLIGHT_STATES, Overlap, Reason, RunState, Source
 from .models import (
     MESSAGE_FIELDS,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("durablebeat")
 
+ZERO = dt.timedelta(0)
 NO_BEAT = "no beat could fire it (none running, or the database unreachable)"
 
 
@@ -106,8 +108,17 @@ class Claim:
 
 
 def due_from_row(row: Schedule) -> Due:
-    """The value the policy works on; raises ``timing.InvalidSchedule`` for a bad row."""
+    """The value the policy works on; raises ``timing.InvalidSchedule`` for a bad row,
+    including a policy duration out of its range (written around the checks, R21): the
+    policy adds them to instants, so they are bounded here as they are at entry."""
     s = conf.settings
+    own_grace, own_window = row.startup_grace, row.catch_up_window
+    if own_grace is not None and not ZERO <= own_grace <= validation.MAX_STARTUP_GRACE:
+        raise timing.InvalidSchedule("startup_grace", f"out of its range: {own_grace}")
+    if own_window is not None and not ZERO < own_window <= validation.MAX_CATCH_UP_WINDOW:
+        raise timing.InvalidSchedule("catch_up_window", f"out of its range: {own_window}")
+    grace = own_grace if own_grace is not None else s.STARTUP_GRACE
+    window = own_window or s.CATCH_UP_WINDOW
     return Due(
         id=row.pk,
         name=row.name,
@@ -115,9 +126,9 @@ def due_from_row(row: Schedule) -> Due:
         spec=row.to_spec(),
         next_fire_at=row.next_fire_at,
         next_fire_reason=row.next_fire_reason,
-        startup_grace=row.startup_grace if row.startup_grace is not None else s.STARTUP_GRACE,
+        startup_grace=grace,
         catch_up=row.catch_up,
-        catch_up_window=row.catch_up_window or s.CATCH_UP_WINDOW,
+        catch_up_window=window,
         overlap=row.overlap,
         from_code=row.source == Source.CODE,
     )
@@ -411,7 +422,7 @@ def is_row_error(exc: BaseException) -> bool:
 def set_aside(schedule_id: int, error: str) -> None:
     """R20/R21 by id: a row that raised at run time is set aside with its error (one line
     of text the database can store), shown by ``check`` and the admin."""
-    text = error.replace("\x00", "\\x00")[:2000] or "unusable row"
+    text = storable(error)[:2000] or "unusable row"
     Schedule.objects.filter(pk=schedule_id).update(error=text)
 
 
@@ -425,7 +436,7 @@ def mark_unpublishable(run_ids: Sequence[int], error: str, now: dt.datetime) -> 
     the run history, the admin and ``check`` show it. The slot is not retried."""
     if not run_ids:
         return
-    error = error.replace("\x00", "\\x00")
+    error = storable(error)
     detail = f"{UNPUBLISHABLE}: {error}"[:300]
     with transaction.atomic():
         runs = Run.objects.filter(pk__in=list(run_ids), state=RunState.CLAIMED)

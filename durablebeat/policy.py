@@ -7,9 +7,10 @@ database. Nothing here reads the clock or the database.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass
 
-from . import timing
+from . import clock, timing
 from .enums import Overlap, Reason
 
 
@@ -149,14 +150,15 @@ def reclaim_reason(
     dead_after: dt.timedelta,
     margin: dt.timedelta,
 ) -> str | None:
-    """Why ``run`` is dead, or None when there is no evidence that it is (R15)."""
-    if run.hard_time_limit is not None:
-        limit = dt.timedelta(seconds=run.hard_time_limit)
-        if now > run.started_at + limit + margin:
-            return (
-                f"ran past its hard time limit ({run.hard_time_limit:g} s) plus the reclaim "
-                f"margin ({margin.total_seconds():g} s)"
-            )
+    """Why ``run`` is dead, or None when there is no evidence that it is (R15). A hard
+    limit that is no number of seconds (infinite, NaN, negative: written around the worker)
+    counts as none."""
+    limit = _seconds(run.hard_time_limit)
+    if limit is not None and now > clock.shift(clock.shift(run.started_at, limit), margin):
+        return (
+            f"ran past its hard time limit ({run.hard_time_limit:g} s) plus the reclaim "
+            f"margin ({margin.total_seconds():g} s)"
+        )
     who = f"worker {run.worker or '?'} (pid {run.worker_pid})"
     if worker_seen_at is None:
         if now - run.started_at > dead_after:
@@ -165,6 +167,15 @@ def reclaim_reason(
     if now - worker_seen_at > dead_after:
         return f"{who} silent since {worker_seen_at.isoformat(timespec='seconds')}"
     return None
+
+
+def _seconds(value: float | None) -> dt.timedelta | None:
+    if value is None or not math.isfinite(value) or value <= 0:
+        return None
+    try:
+        return dt.timedelta(seconds=value)
+    except OverflowError:  # more seconds than a timedelta holds: no limit in practice
+        return None
 
 
 def no_news_bound(expire_seconds: float | None, no_news_after: dt.timedelta) -> dt.timedelta:

@@ -17,11 +17,12 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import conf, ledger, timing
+from . import clock, conf, ledger, timing
 from .enums import Reason
 
 if TYPE_CHECKING:
     from .engine import Engine
+    from .models import Run
 
 logger = logging.getLogger("durablebeat")
 
@@ -110,7 +111,7 @@ def give_up_at(
     """How long a slot is worth sending: delivery inside its window, housekeeping until
     its schedule's next slot."""
     if delivery or next_fire_at is None:
-        return slot + window
+        return clock.shift(slot, window)
     return next_fire_at
 
 
@@ -123,53 +124,66 @@ def resend_in_doubt(engine: Engine, now: dt.datetime) -> None:
     s = conf.settings
     stale_before = now - s.HEARTBEAT_STALE_AFTER
     for run in ledger.in_doubt_runs(engine.boot_id, stale_before):
-        schedule = run.schedule
-        window = schedule.catch_up_window or s.CATCH_UP_WINDOW
-        if now < run.slot + s.CATCH_UP_SETTLE:
-            continue  # it may still be on its way: not before the settle time
-        old_boot = run.boot_id
-        if not schedule.catch_up or now - run.slot > window:
-            why = (
-                "housekeeping is not re-sent" if not schedule.catch_up else "older than its window"
-            )
-            detail = f"in doubt: boot {old_boot} died before confirming the publish; {why}"
-            ledger.mark_missed([run.pk], detail[:300], now)
-            logger.warning(
-                "missed schedule=%s slot=%s reason=%s",
-                schedule.name,
-                run.slot.isoformat(),
-                detail,
-                extra={"event": "missed", "schedule": schedule.name},
-            )
-            continue
         try:
-            message = ledger.Message.for_row(schedule)
-        except Exception as exc:  # R21: whatever the row raises, it alone is set aside
+            _settle_in_doubt(engine, run, now)
+        except Exception as exc:  # R21: one run's values never stop the others
             if not ledger.is_row_error(exc):
                 raise
-            why = (
-                str(exc)
-                if isinstance(exc, timing.InvalidSchedule)
-                else f"{type(exc).__name__}: {exc}"
+            logger.error(
+                "in-doubt run %s of schedule %s could not be settled: %s: %s",
+                run.pk,
+                run.schedule.name,
+                type(exc).__name__,
+                exc,
+                extra={"event": "in_doubt_failed", "schedule": run.schedule.name},
             )
-            engine._bad_row(schedule.pk, schedule.name, why)
-            continue  # settled once the row is fixed, inside its window
-        if not ledger.take_over(run.pk, old_boot, engine.boot_id):
-            continue  # another beat took it
-        claim = ledger.Claim(
-            run.pk,
-            run.task_id or "",
-            schedule.pk,
+
+
+def _settle_in_doubt(engine: Engine, run: Run, now: dt.datetime) -> None:
+    s = conf.settings
+    schedule = run.schedule
+    window = schedule.catch_up_window or s.CATCH_UP_WINDOW
+    if now < clock.shift(run.slot, s.CATCH_UP_SETTLE):
+        return  # it may still be on its way: not before the settle time
+    old_boot = run.boot_id
+    if not schedule.catch_up or now - run.slot > window:
+        why = "housekeeping is not re-sent" if not schedule.catch_up else "older than its window"
+        detail = f"in doubt: boot {old_boot} died before confirming the publish; {why}"
+        ledger.mark_missed([run.pk], detail[:300], now)
+        logger.warning(
+            "missed schedule=%s slot=%s reason=%s",
             schedule.name,
-            run.slot,
-            Reason.REPUBLISH,
-            engine.boot_id,
-            message,
+            run.slot.isoformat(),
+            detail,
+            extra={"event": "missed", "schedule": schedule.name},
         )
-        failure = engine.try_publish(claim, now)
-        if failure is None:
-            ledger.mark_published([run.pk], now)
-        elif not failure.outage:
-            engine.unpublishable([(claim, failure.error)], now)
-        else:
-            engine.retries.add(claim, run.slot + window, now, "broker unreachable")
+        return
+    try:
+        message = ledger.Message.for_row(schedule)
+    except Exception as exc:  # R21: whatever the row raises, it alone is set aside
+        if not ledger.is_row_error(exc):
+            raise
+        why = (
+            str(exc) if isinstance(exc, timing.InvalidSchedule) else f"{type(exc).__name__}: {exc}"
+        )
+        engine._bad_row(schedule.pk, schedule.name, why)
+        return  # settled once the row is fixed, inside its window
+    if not ledger.take_over(run.pk, old_boot, engine.boot_id):
+        return  # another beat took it
+    claim = ledger.Claim(
+        run.pk,
+        run.task_id or "",
+        schedule.pk,
+        schedule.name,
+        run.slot,
+        Reason.REPUBLISH,
+        engine.boot_id,
+        message,
+    )
+    failure = engine.try_publish(claim, now)
+    if failure is None:
+        ledger.mark_published([run.pk], now)
+    elif not failure.outage:
+        engine.unpublishable([(claim, failure.error)], now)
+    else:
+        engine.retries.add(claim, clock.shift(run.slot, window), now, "broker unreachable")

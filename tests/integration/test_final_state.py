@@ -10,7 +10,7 @@ import logging
 import threading
 
 import pytest
-from django.db import OperationalError
+from django.db import DataError, OperationalError
 from django.test import override_settings
 
 from durablebeat import backlog, completion, health, reclaim, tracking
@@ -298,3 +298,53 @@ def test_an_internal_error_of_a_message_durablebeat_did_not_send_is_ignored(prev
         task_id=run.task_id, request={"id": run.task_id}, exception=RuntimeError("x")
     )
     assert Run.objects.get(pk=run.pk).state == RunState.PUBLISHED
+
+
+# --- a write that can never be made holds up nothing (R21, R22) -------------------------------
+
+
+def test_a_write_the_database_refuses_is_dropped_and_logged_not_kept_ahead_of_the_rest(
+    previous, job, make_run, t0, caplog
+):
+    poisoned = previous()
+    other = make_run(job, t0, state=RunState.PUBLISHED)
+
+    def make(event):
+        if event.task_id == poisoned.task_id:
+            raise DataError("invalid byte sequence for encoding UTF8: 0x00")
+        return backlog.apply(event)
+
+    kept = backlog.Backlog(make=make, background=False)
+    with caplog.at_level(logging.ERROR, logger="durablebeat"):
+        kept.submit(_finished(poisoned, t0))
+        kept.submit(_finished(other, t0))
+    assert len(kept) == 0
+    assert [r.event for r in caplog.records] == ["tracking_dropped"]
+    assert Run.objects.get(pk=other.pk).state == RunState.SUCCEEDED
+
+
+def test_a_write_that_cannot_even_be_encoded_is_dropped_and_the_thread_lives_on(previous, t0):
+    run = previous()
+    calls = []
+
+    def make(event):
+        calls.append(event.task_id)
+        if len(calls) <= 2:
+            raise OperationalError("down")  # kept, then the pass meets the bad one
+        if event.task_id == "bad":
+            raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
+        return backlog.apply(event)
+
+    kept = backlog.Backlog(make=make)
+    kept.submit(_finished(Run(task_id="bad"), t0))
+    kept.submit(_finished(run, t0))
+    wait_until(lambda: len(kept) == 0, 15, interval=0.1, what="both settled")
+    assert Run.objects.get(pk=run.pk).state == RunState.SUCCEEDED
+
+
+def test_texts_the_database_would_refuse_are_stored_escaped(previous, t0):
+    """An exception message with a NUL (PostgreSQL refuses it) or a lone surrogate."""
+    run = previous()
+    event = completion.Finished(run.task_id, t0, succeeded=False, error="a\x00b\ud800c")
+    assert completion.finish(event)
+    assert Run.objects.get(pk=run.pk).error == "a\\x00b\\ud800c"

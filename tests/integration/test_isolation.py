@@ -456,3 +456,67 @@ def test_the_outage_memory_is_bounded_and_says_when_it_drops(publisher, t0, monk
     assert len(engine.outage_fires) == 5
     assert len(publisher.claims) > 5  # still fired: only the records were dropped
     assert any(getattr(r, "event", "") == "outage_memory_dropped" for r in caplog.records)
+
+
+# --- values at the calendar's edge on the paths around the batch (review of R21) --------------
+
+EDGE = dt.datetime.max.replace(tzinfo=dt.UTC) - dt.timedelta(seconds=1)
+
+
+def test_an_in_doubt_run_at_the_calendars_edge_never_stops_the_tick(
+    make_engine, make_schedule, make_run, publisher, t0
+):
+    """A run row written around the checks (slot near datetime.max, no boot: in doubt)
+    overflowed the settle-time sum in every tick that looked for in-doubt runs."""
+    canary = make_schedule("canary", every=20, next_fire_at=t0)
+    odd = make_schedule("odd", every=20, next_fire_at=t0 + dt.timedelta(days=1))
+    make_run(odd, EDGE, state=RunState.CLAIMED, boot=None, claimed_at=t0 - S)
+    engine = make_engine()
+    engine.tick(t0)
+    engine.tick(t0 + 20 * S)
+    assert publisher.slots("canary") == [t0, t0 + 20 * S]
+    assert Schedule.objects.get(pk=canary.pk).error == ""
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("catch_up_window", dt.timedelta(days=3_000_000)),  # past the calendar from today
+        ("catch_up_window", -S),
+        ("startup_grace", dt.timedelta(days=9000)),
+        ("startup_grace", -S),
+    ],
+)
+def test_a_policy_duration_out_of_range_in_the_row_sets_it_aside_before_any_claim(
+    make_engine, make_schedule, publisher, t0, field, value
+):
+    """A window past the calendar overflowed the retry bookkeeping after the claim had
+    committed, stranding the whole batch claimed while the broker was down."""
+    bad = _batch(make_schedule, t0)
+    Schedule.objects.filter(pk=bad.pk).update(**{field: value, "catch_up": True})
+    publisher.fail = True  # the broker is down: the retry bookkeeping runs for every claim
+    engine = make_engine()
+    engine.tick(t0)
+    assert field in Schedule.objects.get(pk=bad.pk).error
+    assert Run.objects.filter(state=RunState.CLAIMED).count() == len(GOOD)
+    publisher.fail = False
+    engine.tick(t0 + 2 * S)  # the retries go out
+    assert sorted(publisher.slots()) == [t0] * len(GOOD)
+
+
+@pytest.mark.parametrize("limit", [float("inf"), float("nan"), 1e308, -5.0])
+def test_a_started_run_with_a_limit_that_is_no_number_of_seconds_never_stops_the_reclaim(
+    make_schedule, make_run, t0, limit
+):
+    from durablebeat import reclaim
+
+    job = make_schedule("job", every=60, next_fire_at=t0)
+    odd = make_run(job, t0 - 60 * S, state=RunState.STARTED, started_at=t0 - 3000 * S)
+    Run.objects.filter(pk=odd.pk).update(hard_time_limit=limit, worker="w@h", worker_pid=1)
+    edge = make_run(job, EDGE, state=RunState.STARTED, started_at=EDGE, hard_time_limit=60.0)
+    gone = make_run(
+        job, t0 - 3600 * S, state=RunState.STARTED, started_at=t0 - 3600 * S, worker="x@h"
+    )
+    assert reclaim.reclaim(t0, None) == 2  # the silent workers' runs, whatever their limit
+    assert Run.objects.get(pk=gone.pk).state == RunState.LOST
+    assert Run.objects.get(pk=edge.pk).state == RunState.STARTED  # started "in the future"
