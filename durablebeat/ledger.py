@@ -213,17 +213,11 @@ def mark_bad(row: Schedule, message: str) -> None:
 def register_boot(boot_id: uuid.UUID, hostname: str, pid: int, now: dt.datetime) -> None:
     from . import __version__
 
-    Boot.objects.update_or_create(
-        pk=boot_id,
-        defaults={"hostname": hostname, "pid": pid, "heartbeat_at": now, "version": __version__},
-        create_defaults={
-            "hostname": hostname,
-            "pid": pid,
-            "started_at": now,
-            "heartbeat_at": now,
-            "version": __version__,
-        },
-    )
+    # An update, else an insert (not update_or_create's create_defaults: Django 5.0+ only;
+    # Django 4.2 is supported). A boot id is this process's own: no other writer races it.
+    fields = {"hostname": hostname, "pid": pid, "heartbeat_at": now, "version": __version__}
+    if not Boot.objects.filter(pk=boot_id).update(**fields):
+        Boot.objects.create(pk=boot_id, started_at=now, **fields)
 
 
 def heartbeat(boot_id: uuid.UUID, now: dt.datetime) -> int:

@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+import django
 from celery.schedules import crontab
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -72,7 +73,8 @@ def database_from_env(default_url: str) -> dict:
     url = os.environ.get("DATABASE_URL", default_url)
     config = dj_database_url.parse(url, conn_max_age=0)
     if config["ENGINE"] == "django.db.backends.sqlite3":
-        config["OPTIONS"] = {**_SQLITE_OPTIONS, **config.get("OPTIONS", {})}
+        options = _SQLITE_OPTIONS if django.VERSION >= (5, 1) else {"timeout": 30}  # 5.1 added them
+        config["OPTIONS"] = {**options, **config.get("OPTIONS", {})}
     elif config["ENGINE"] == "django.db.backends.mysql":  # MariaDB or MySQL
         config["OPTIONS"] = {"charset": "utf8mb4", **config.get("OPTIONS", {})}
     return config

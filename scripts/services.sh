@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Make sure PostgreSQL and Redis answer on 127.0.0.1, starting them when they do not.
+# Make sure PostgreSQL, Redis, MariaDB and RabbitMQ answer on 127.0.0.1, starting them when
+# they do not (MariaDB and RabbitMQ serve the matrix cells of scripts/test.sh).
 set -uo pipefail
 wait_for() {  # name, command
     for _ in $(seq 1 60); do eval "$2" >/dev/null 2>&1 && return 0; sleep 0.5; done
@@ -17,3 +18,24 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
         --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
 fi
 wait_for Redis "redis-cli -h 127.0.0.1 -p 6379 ping" || exit 1
+if ! mysqladmin -h 127.0.0.1 -u root ping >/dev/null 2>&1; then
+    echo "starting MariaDB"
+    mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null
+    start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql \
+        || true
+fi
+wait_for MariaDB "mysqladmin -h 127.0.0.1 -u root ping" || exit 1
+# Django on MariaDB/MySQL converts times with the server's time zone tables (the admin's
+# date drill-down in a zone other than UTC): load them once, as Django's docs ask.
+if [ "$(mysql -h 127.0.0.1 -u root -N -e 'SELECT COUNT(*) FROM mysql.time_zone_name')" = "0" ]
+then
+    echo "loading MariaDB's time zone tables"
+    mysql_tzinfo_to_sql /usr/share/zoneinfo 2>/dev/null | mysql -h 127.0.0.1 -u root mysql || exit 1
+fi
+if ! rabbitmq-diagnostics -q ping >/dev/null 2>&1; then
+    echo "starting RabbitMQ"
+    rabbitmq-server -detached || true
+fi
+# RabbitMQ takes a while to boot (Erlang): up to a minute
+wait_for RabbitMQ "rabbitmq-diagnostics -q ping" || wait_for RabbitMQ "rabbitmq-diagnostics -q ping" \
+    || exit 1
