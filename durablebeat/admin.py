@@ -17,7 +17,7 @@ from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.admin.widgets import AdminSplitDateTime
 from django.core.exceptions import PermissionDenied
-from django.db import DatabaseError, models
+from django.db import DatabaseError, DataError, models, transaction
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
@@ -43,10 +43,9 @@ from .models import (
 logger = logging.getLogger("durablebeat")
 
 if TYPE_CHECKING:
-    _ScheduleAdminBase = admin.ModelAdmin[Schedule]
     _AnyAdminBase = admin.ModelAdmin[Any]
 else:  # Django's classes are generic for the type checker only
-    _ScheduleAdminBase = _AnyAdminBase = admin.ModelAdmin
+    _AnyAdminBase = admin.ModelAdmin
 
 RECENT_RUNS = 20
 _OUTCOME_COLOURS = {
@@ -94,6 +93,68 @@ def _outcome(state: str) -> str:
     return format_html('<span style="color:{}">{}</span>', colour, RunState(state).label)
 
 
+class GuardedAdmin(_AnyAdminBase):
+    """What every durablebeat admin page shares: odd query strings and broken settings
+    answer a page, never a 500 (R21).
+
+    A lookup value the database refuses (``?state=%00`` on PostgreSQL) or that Python
+    cannot compute with (``?next_fire_at__year=99999``) is a bad lookup: Django redirects
+    with ``?e=1``. The list's queries run inside the guard (``evaluate``), not later in the
+    template. An invalid ``DURABLEBEAT_*`` setting (system checks do not run under
+    gunicorn) is an error message naming it, on a page that still shows.
+    """
+
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        try:
+            with transaction.atomic():  # a savepoint: a refused query leaves no aborted txn
+                changelist = super().get_changelist_instance(request)
+                self.evaluate(changelist)
+        except (ValueError, OverflowError, DataError) as exc:
+            raise IncorrectLookupParameters(exc) from exc
+        return changelist
+
+    def evaluate(self, changelist: ChangeList) -> None:
+        """Run the list's queries now, inside the guard (the page then reads the cache)."""
+        len(changelist.result_list)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        _say_invalid_settings(request)
+        return super().changelist_view(request, extra_context)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        if request.method == "GET":
+            _say_invalid_settings(request)
+        return super().change_view(request, object_id, form_url, extra_context)
+
+
+def _say_invalid_settings(request: HttpRequest) -> None:
+    for name, why in health.invalid_settings().items():
+        messages.error(request, f"{name} is invalid, fix it in settings: {why}")
+
+
+def _late_after() -> dt.timedelta | None:
+    """``LATE_AFTER``, or None while it is invalid (the page says which setting)."""
+    try:
+        return conf.settings.LATE_AFTER
+    except conf.InvalidSetting:
+        return None
+
+
+def _next_fire_words(obj: Schedule) -> str:
+    try:
+        return report.next_fire_words(obj, clock.now())
+    except conf.InvalidSetting:  # LATE_AFTER: the page's message names it
+        return "(DURABLEBEAT_LATE_AFTER is invalid)"
+
+
 # --- schedule list filters ------------------------------------------------------------------
 
 
@@ -121,7 +182,10 @@ class OverdueFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
         # As the list says it: "due now" within LATE_AFTER, "overdue" past it.
-        late = clock.now() - conf.settings.LATE_AFTER
+        late_after = _late_after()
+        if late_after is None:
+            return queryset  # unfiltered; the page's message names the setting
+        late = clock.now() - late_after
         overdue = Q(enabled=True, error="", next_fire_at__lt=late)
         if self.value() == "yes":
             return queryset.filter(overdue)
@@ -147,7 +211,7 @@ class ProblemFilter(admin.SimpleListFilter):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(_ScheduleAdminBase):
+class ScheduleAdmin(GuardedAdmin):
     form = ScheduleForm
     list_display = (
         "name",
@@ -233,7 +297,7 @@ class ScheduleAdmin(_ScheduleAdminBase):
 
     @admin.display(description="next fire", ordering="next_fire_at")
     def next_fire(self, obj: Schedule) -> str:
-        words = report.next_fire_words(obj, clock.now())
+        words = _next_fire_words(obj)
         if obj.next_fire_at is None or not obj.enabled or obj.error:
             return words
         colour = "#c62828" if words.startswith("overdue") else "inherit"
@@ -248,9 +312,7 @@ class ScheduleAdmin(_ScheduleAdminBase):
     def next_fire_detail(self, obj: Schedule) -> str:
         if obj.pk is None:
             return "-"
-        return format_html(
-            "{} ({})", report.next_fire_words(obj, clock.now()), local(obj.next_fire_at)
-        )
+        return format_html("{} ({})", _next_fire_words(obj), local(obj.next_fire_at))
 
     # Instants on the page read like the list's: "2026-03-02 12:04:00 UTC", and how long ago.
     @admin.display(description="last fired")
@@ -512,7 +574,7 @@ def health_context(now: dt.datetime) -> dict[str, Any]:
 # --- history: read-only -------------------------------------------------------------------
 
 
-class ReadOnlyAdmin(_AnyAdminBase):
+class ReadOnlyAdmin(GuardedAdmin):
     """View permission shows it; nobody adds, edits or deletes history here.
 
     Every datetime field ``x`` is shown as ``x_shown``, through ``local``: Django's own
@@ -570,14 +632,11 @@ class RunAdmin(ReadOnlyAdmin):
     search_fields = ("task_id", "schedule__name", "worker", "detail")
     date_hierarchy = "slot"
 
-    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+    def evaluate(self, changelist: ChangeList) -> None:
         """Django's date drill-down raises at the calendar's edges: for ``slot__year=9999``
-        (the year after it does not exist) and for slots with no local time. The first is
-        a bad lookup (Django redirects with ``?e=1``); the second hides the drill-down."""
-        try:
-            changelist = super().get_changelist_instance(request)
-        except (ValueError, OverflowError) as exc:
-            raise IncorrectLookupParameters(exc) from exc
+        (the year after it does not exist: a bad lookup, ``GuardedAdmin``) and for slots
+        with no local time, which hides the drill-down."""
+        super().evaluate(changelist)
         edges = changelist.queryset.aggregate(first=Min("slot"), last=Max("slot"))
         try:
             for value in edges.values():
@@ -585,7 +644,6 @@ class RunAdmin(ReadOnlyAdmin):
                     timezone.localtime(value)
         except OverflowError:
             changelist.date_hierarchy = None
-        return changelist
 
     @admin.display(description="slot", ordering="slot")
     def slot_at(self, obj: Run) -> str:
@@ -659,8 +717,11 @@ class BootAdmin(ReadOnlyAdmin):
         return local(obj.stopped_at) if obj.stopped_at else ""
 
     @admin.display(description="alive", boolean=True)
-    def alive(self, obj: Boot) -> bool:
-        fresh = clock.now() - conf.settings.HEARTBEAT_STALE_AFTER
+    def alive(self, obj: Boot) -> bool | None:
+        try:
+            fresh = clock.now() - conf.settings.HEARTBEAT_STALE_AFTER
+        except conf.InvalidSetting:  # the page's message names it
+            return None
         return obj.stopped_at is None and obj.heartbeat_at >= fresh
 
     @admin.display(description="fires", ordering="n_fires")

@@ -208,9 +208,11 @@ def parse_entry(
     task = read.text(entry.get("task"), "task")
     if not task:
         raise BadEntry(f"{where}: 'task' is required")
-    if entry.get("relative"):
-        # Celery's ``relative=True`` rounds the first run to the interval's unit; durablebeat
-        # keeps every interval on its stored grid (R1-R3), so the flag cannot be honoured.
+    # Celery's ``relative=True`` (the entry's, or a ``schedule(..., relative=True)``'s)
+    # rounds the first run to the interval's unit; durablebeat keeps every interval on its
+    # stored grid (R1-R3), so the flag cannot be honoured, and is never dropped silently.
+    relative = read.typed(entry.get("relative"), "relative", (bool,), "True or False")
+    if relative or getattr(entry.get("schedule"), "relative", False) is True:
         raise BadEntry(f"{where}: relative=True is not supported (intervals keep their grid)")
     try:
         spec = timing.from_celery(entry.get("schedule"), default_timezone)

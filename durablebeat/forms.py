@@ -19,7 +19,7 @@ from django.utils.dateparse import parse_duration as django_parse_duration
 
 from .enums import Reason
 from .models import MESSAGE_FIELDS, POLICY_FIELDS, TIMING_FIELDS, Schedule
-from .validation import MAX_JSON_DEPTH, known_task_names
+from .validation import MAX_JSON_DEPTH, known_task_names, text_error
 
 #: fields a code-defined schedule takes from ``beat_schedule`` at every boot (codesync)
 CODE_OWNED_FIELDS = (
@@ -50,6 +50,14 @@ class JSONTextField(forms.JSONField):
             return super().bound_data(data, initial)
         except RecursionError:  # re-shown as typed, with the error, not a 500
             return InvalidJSONInput(data)
+
+    def prepare_value(self, value: Any) -> Any:
+        text = super().prepare_value(value)
+        if not isinstance(value, InvalidJSONInput) and text_error(text) is not None:
+            # A lone surrogate the validation refused is shown back escaped ("\\ud800"): as
+            # typed, it cannot be encoded into the page (a 500 instead of the error).
+            return json.dumps(value, cls=self.encoder)
+        return text
 
     def to_python(self, value: Any) -> Any:
         if self.disabled:

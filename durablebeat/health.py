@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.db.models.functions import Coalesce
@@ -496,8 +497,12 @@ def findings(now: dt.datetime, only: Iterable[str] | None = None) -> list[Findin
 
     A finder that fails for any reason but the database is reported as ``check_failed``
     (kept even when ``only`` leaves it out, counted by ``exit_code`` only when asked for),
-    and the others still run: one surprise never hides every other finding.
+    and the others still run: one surprise never hides every other finding. An invalid
+    setting is ``bad_setting`` alone (kept and counted whatever ``only`` asks).
     """
+    if bad := find_bad_settings():
+        # Every finder reads the settings: with one invalid, none can say anything true.
+        return bad
     found: list[Finding] = []
     for finder in FINDERS:
         try:
@@ -510,6 +515,28 @@ def findings(now: dt.datetime, only: Iterable[str] | None = None) -> list[Findin
         wanted = {*only, "check_failed"}
         found = [f for f in found if f.code in wanted]
     return sorted(_one_bad_row_each(found), key=lambda f: -f.severity)
+
+
+def invalid_settings() -> dict[str, str]:
+    """{``DURABLEBEAT_*`` name: why it is invalid} for every setting ``conf`` refuses; the
+    same reading as the system check ``durablebeat.E002``, for the processes (gunicorn,
+    this command) where system checks do not run."""
+    from .checks import setting_names
+
+    bad = {}
+    for name in setting_names():
+        try:
+            getattr(conf.settings, name)
+        except (TypeError, ValueError, OverflowError, ImproperlyConfigured) as exc:
+            bad[f"DURABLEBEAT_{name}"] = str(exc)
+    return bad
+
+
+def find_bad_settings() -> list[Finding]:
+    return [
+        Finding("bad_setting", Severity.CRITICAL, why if name in why else f"{name}: {why}")
+        for name, why in invalid_settings().items()
+    ]
 
 
 def _one_bad_row_each(found: list[Finding]) -> list[Finding]:
@@ -550,6 +577,7 @@ SEVERITIES = {
     "database_unreachable": Severity.CRITICAL,
     "database_error": Severity.CRITICAL,
     "check_failed": Severity.CRITICAL,
+    "bad_setting": Severity.CRITICAL,
 }
 CODES = tuple(SEVERITIES)
 
@@ -573,7 +601,8 @@ def check(now: dt.datetime, only: Iterable[str] | None = None) -> list[Finding]:
 
 def exit_code(found: Iterable[Finding], only: Iterable[str] | None = None) -> int:
     """0: all is well; 1: warnings; 2: a critical finding (among ``only`` when given)."""
-    wanted = None if only is None else set(only)
+    # A broken configuration counts whatever ``only`` asks: no other finding can be computed.
+    wanted = None if only is None else {*only, "bad_setting"}
     return max(
         (int(f.severity) for f in found if wanted is None or f.code in wanted),
         default=0,

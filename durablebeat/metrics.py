@@ -277,6 +277,15 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     """``GET /durablebeat/metrics``: Prometheus text format."""
     if not AVAILABLE:
         return HttpResponse(NOT_INSTALLED + "\n", status=501, content_type="text/plain")
+    if bad := health.invalid_settings():
+        # Where system checks do not run (gunicorn): say which setting, not a 500. Only its
+        # name: the reason may quote the value, and this answers before any token is checked.
+        names = ", ".join(bad)
+        return HttpResponse(
+            f"durablebeat is misconfigured: invalid {names} (manage.py durablebeat check)\n",
+            status=503,
+            content_type="text/plain",
+        )
     refusal = _refusal(request)
     if refusal is not None:
         return refusal

@@ -20,6 +20,7 @@ import datetime as dt
 import functools
 import json
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 from . import timing
@@ -102,6 +103,41 @@ MIN_MAX_MESSAGE_BYTES, MAX_MAX_MESSAGE_BYTES = 1024, 16 * 1024 * 1024
 #: ``time_limit`` and ``soft_time_limit``: finite, more than 0, at most a year (the worker
 #: arms a timer with it, and the orphan reclaim adds it to a run's start, R15)
 MAX_TIME_LIMIT = 366 * 86400.0
+#: the least a time limit or an expiry may be: a millisecond. Smaller is no limit a timer or
+#: a broker can keep (1e-320 s is a denormal float that every fire would carry as "expired")
+MIN_SECONDS = 0.001
+#: the exchange types AMQP defines; Celery compares the option with "direct" to choose the
+#: default exchange, and kombu declares a missing exchange with it
+EXCHANGE_TYPES = ("direct", "topic", "fanout", "headers")
+#: the headers Celery's message protocol sets on every task message (``as_task_v2``): Celery
+#: merges extra headers over its own, so one of these would run another task (``task``),
+#: delay it (``eta``), expire it, break the run's tracking (``id``, ``root_id``...) or its
+#: time limits. ``durablebeat_*`` are durablebeat's own (the run's key in the ledger).
+RESERVED_HEADERS = frozenset(
+    {
+        "lang",
+        "task",
+        "id",
+        "shadow",
+        "eta",
+        "expires",
+        "group",
+        "group_index",
+        "retries",
+        "timelimit",
+        "root_id",
+        "parent_id",
+        "argsrepr",
+        "kwargsrepr",
+        "origin",
+        "ignore_result",
+        "replaced_task_nesting",
+        "stamped_headers",
+        "stamps",
+        "chord",
+    }
+)
+RESERVED_HEADER_PREFIX = "durablebeat_"
 #: AMQP's delivery modes (``kombu.entity.DELIVERY_MODES``): 1 transient, 2 persistent
 DELIVERY_MODES = (1, 2)
 #: fields that are one printable line: a newline in a name would forge log lines
@@ -116,6 +152,22 @@ LINE_FIELDS = (
     "compression",
     "shadow",
 )
+#: every text field of a schedule a person or code writes: none may hold what the database
+#: refuses (NUL, a lone surrogate)
+TEXT_FIELDS = (
+    *LINE_FIELDS,
+    "description",
+    "minute",
+    "hour",
+    "day_of_week",
+    "day_of_month",
+    "month_of_year",
+    "timezone",
+)
+
+
+#: what no database text can hold: NUL, and the UTF-16 surrogates (never valid alone)
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def _shape_error(value: Any, expected: type, what: str) -> str | None:
@@ -147,11 +199,67 @@ def json_depth_error(value: Any) -> str | None:
     return None
 
 
+def text_error(value: Any) -> str | None:
+    """A NUL or a lone surrogate: PostgreSQL stores neither (in text or in JSON), and a
+    surrogate is not Unicode at all, so the row would fail at its save, not here (R20)."""
+    if not isinstance(value, str) or (found := _UNSTORABLE.search(value)) is None:
+        return None
+    if found.group() == "\x00":
+        return "must not contain a NUL character (\\x00): the database cannot store it"
+    return (
+        f"must not contain a lone surrogate ({found.group()!a}): it is not Unicode text, "
+        "the database cannot store it"
+    )
+
+
+def json_text_error(value: Any) -> str | None:
+    """A key that is not a string (JSON would turn ``{1: 2}`` into ``{"1": 2}``: the task
+    would get other kwargs than given), or a key or string the database cannot store?
+    Walked without recursion, like ``json_depth_error``."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return f"keys must be strings, got {key!r:.40} ({type(key).__name__})"
+                if (msg := text_error(key)) is not None:
+                    return f"the key {key!a:.60} {msg}"
+                stack.append((child, f"{where}[{key!a:.40}]"))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+        elif (msg := text_error(item)) is not None:
+            return f"the string at {where or 'the top'} {msg}"
+    return None
+
+
+def headers_error(headers: Any) -> str | None:
+    """A header Celery or durablebeat sets itself, which a user value would replace."""
+    if not isinstance(headers, dict):
+        return None
+    reserved = sorted(
+        key
+        for key in headers
+        if isinstance(key, str)
+        and (key in RESERVED_HEADERS or key.startswith(RESERVED_HEADER_PREFIX))
+    )
+    if not reserved:
+        return None
+    return (
+        f"{', '.join(map(repr, reserved))} reserved: Celery sets these protocol headers on "
+        "every message and merges extra headers over them (another task would run, an eta "
+        "would delay it, the run could not be tracked); durablebeat_* are durablebeat's own. "
+        "Pass the value as an option or a kwarg instead"
+    )
+
+
 def _json_size(value: Any, expected: type, what: str) -> tuple[str | None, int]:
     """(error, serialised size in bytes) of one JSON field of the message."""
     if (msg := _shape_error(value, expected, what)) is not None:
         return msg, 0
     if (msg := json_depth_error(value)) is not None:
+        return msg, 0
+    if (msg := json_text_error(value)) is not None:
         return msg, 0
     try:
         text = json.dumps(value, allow_nan=False)
@@ -169,6 +277,8 @@ def _message_errors(schedule: Schedule) -> dict[str, str]:
         msg, sizes[name] = _json_size(getattr(schedule, name), expected, what)
         if msg is not None:
             errors[name] = msg
+    if "headers" not in errors and (msg := headers_error(schedule.headers)) is not None:
+        errors["headers"] = msg
     cap = settings.MAX_MESSAGE_BYTES
     if not errors and sum(sizes.values()) > cap:
         largest = max(sizes, key=lambda n: sizes[n])
@@ -229,8 +339,11 @@ def seconds_error(value: Any, high: float) -> str | None:
         return None  # the model field's own check names a string or other type
     if not math.isfinite(value):
         return f"must be a finite number of seconds, got {value!r}"
-    if not 0 < value <= high:
-        return f"must be more than 0 and at most {high:g} seconds, got {value!r}"
+    if not MIN_SECONDS <= value <= high:
+        return (
+            f"must be more than 0 and at most {high:g} seconds "
+            f"(at least {MIN_SECONDS:g}), got {value!r}"
+        )
     return None
 
 
@@ -277,6 +390,14 @@ def compression_error(name: Any) -> str | None:
     return None
 
 
+def exchange_type_error(value: Any) -> str | None:
+    if isinstance(value, str) and value and value not in EXCHANGE_TYPES:
+        return (
+            f"must be one of {', '.join(EXCHANGE_TYPES)} (or empty: the queue's), got {value!r:.60}"
+        )
+    return None
+
+
 def delivery_mode_error(value: Any) -> str | None:
     if isinstance(value, bool):
         return "must be 1 (transient) or 2 (persistent), not a bool"
@@ -309,9 +430,12 @@ def _range_errors(schedule: Schedule) -> dict[str, str]:
         "serializer": serializer_error(schedule.serializer),
         "compression": compression_error(schedule.compression),
         "delivery_mode": delivery_mode_error(schedule.delivery_mode),
+        "exchange_type": exchange_type_error(schedule.exchange_type),
     }
     for name in LINE_FIELDS:  # a field's own check above speaks first
         checks[name] = checks.get(name) or line_error(getattr(schedule, name))
+    for name in TEXT_FIELDS:  # description too: it may span lines, but hold no NUL
+        checks[name] = checks.get(name) or text_error(getattr(schedule, name))
     return {name: msg for name, msg in checks.items() if msg is not None}
 
 

@@ -495,3 +495,34 @@ def test_boots_list(admin_client, make_boot, make_schedule, make_run, t0):
     assert "pod-7" in page
     [listed] = response.context["cl"].result_list
     assert listed.n_fires == 1
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/durablebeat/schedule/?kind__exact=%00",  # PostgreSQL: DataError
+        "/admin/durablebeat/run/?state=%00",
+        "/admin/durablebeat/schedule/?next_fire_at__year=99999",  # ValueError
+        "/admin/durablebeat/boot/?hostname=%00",
+    ],
+)
+def test_a_lookup_the_database_refuses_is_a_bad_lookup_not_a_500(admin_client, make_schedule, url):
+    make_schedule(name="a", every=60)
+    response = admin_client.get(url)
+    assert response.status_code in (200, 302)
+    if response.status_code == 302:
+        assert response["Location"].endswith("?e=1")
+
+
+@pytest.mark.parametrize(
+    "url", ["/admin/durablebeat/schedule/", "/admin/durablebeat/schedule/?overdue=yes"]
+)
+def test_an_invalid_setting_shows_the_page_with_an_error_naming_it(
+    admin_client, make_schedule, settings, t0, url
+):
+    make_schedule(name="a", every=60, next_fire_at=t0 - dt.timedelta(hours=1))
+    settings.DURABLEBEAT_LATE_AFTER = -1
+    response = admin_client.get(url)
+    assert response.status_code == 200
+    said = [str(m) for m in response.context["messages"]]
+    assert any(m.startswith("DURABLEBEAT_LATE_AFTER is invalid") for m in said), said

@@ -47,6 +47,11 @@ def frozen(time_machine, t0):
         ({"priority": "high"}, "priority"),  # the field's own check, and no TypeError after
         ({"startup_grace": "soon"}, "startup_grace"),
         ({"name": "a\nb"}, "name"),
+        # PostgreSQL would refuse these at the save (DataError): refused here, by field
+        ({"kwargs": {"a": "\x00"}}, "kwargs"),
+        ({"args": ["\ud800"]}, "args"),
+        ({"description": "d\x00"}, "description"),
+        ({"headers": {"task": "other.task"}}, "headers"),
     ],
 )
 def test_full_clean_refuses_out_of_range_values_naming_the_field(fields, field):
@@ -108,6 +113,11 @@ def form_data(**overrides):
         ({"priority": "300"}, "priority", "0 to 255"),
         ({"name": "tick\nfire schedule=other"}, "name", "one printable line"),
         ({"queue": "mail\tlow"}, "queue", "one printable line"),
+        ({"kwargs": '{"a": "\\u0000"}'}, "kwargs", "NUL"),
+        ({"args": '["\\ud800"]'}, "args", "surrogate"),  # shown back escaped, not a 500
+        ({"headers": '{"task": "other.task"}'}, "headers", "'task' reserved"),
+        ({"time_limit": "1e-320"}, "time_limit", "at least 0.001"),
+        ({"exchange_type": "bogus", "exchange": "x"}, "exchange_type", "direct, topic"),
         (
             {"kind": "clocked", "every": "", "clocked_at_0": "2999-01-01", "clocked_at_1": "08:00"},
             "clocked_at",

@@ -16,6 +16,7 @@ from django.test import override_settings
 from durablebeat import health
 from durablebeat.enums import RunState
 from durablebeat.ledger import UNPUBLISHABLE
+from durablebeat.management.commands.durablebeat import Command as DurablebeatCommand
 from durablebeat.models import Schedule
 
 pytestmark = pytest.mark.django_db
@@ -380,9 +381,26 @@ def test_every_finding_at_once_each_with_its_documented_severity(
     make_boot(started_at=t0 - H, heartbeat_at=t0 - 5 * S)  # beat back: now it starves
     found = health.findings(t0)
     # check_failed is no state of the data: test_monitoring_extremes injects it.
-    unbuilt = {"database_unreachable", "check_failed"}
+    # bad_setting is reported alone (no other finding can be computed with it): its own test.
+    unbuilt = {"database_unreachable", "check_failed", "bad_setting"}
     assert {f.code for f in found} | without_beat == set(health.CODES) - unbuilt
     assert "no_beat" in without_beat and "overdue" not in without_beat
     for f in found:
         assert f.severity == health.SEVERITIES[f.code], f
     assert [f.severity for f in found] == sorted((f.severity for f in found), reverse=True)
+
+
+@pytest.mark.parametrize("only", [(), ("--only", "no_beat,overdue")])
+def test_an_invalid_setting_is_a_critical_finding_exit_2(settings, only):
+    """Not Django's SystemCheckError (exit 1): one line per setting, whatever --only asks."""
+    settings.DURABLEBEAT_LATE_AFTER = -1
+    settings.DURABLEBEAT_METRICS_PUBLIC = "yes"
+    out = io.StringIO()
+    command = DurablebeatCommand(stdout=out)
+    with pytest.raises(SystemExit) as exc:  # as from a shell: Django's checks not skipped
+        command.run_from_argv(["manage.py", "durablebeat", "check", *only])
+    assert exc.value.code == 2
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2
+    assert all(line.startswith("CRITICAL bad_setting: DURABLEBEAT_") for line in lines)
+    assert {"LATE_AFTER", "METRICS_PUBLIC"} == {line.split()[2][12:] for line in lines}

@@ -187,7 +187,8 @@ def test_an_unknown_option_stays_refused():
         ({"ignore_result": 1}, "ignore_result: 1 value must be True or False"),
         ({"exchange": 5}, "exchange: 5 value must be a string"),
         ({"exchange": "a\nb"}, "exchange: must be one printable line"),
-        ({"exchange_type": "x" * 33}, "exchange_type: Ensure this value has at most 32"),
+        ({"exchange": "x" * 201}, "exchange: Ensure this value has at most 200"),
+        ({"exchange_type": "bogus"}, "exchange_type: must be one of direct, topic, fanout"),
         ({"shadow": "a\tb"}, "shadow: must be one printable line"),
     ],
 )

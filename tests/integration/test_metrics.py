@@ -119,8 +119,8 @@ def test_check_findings_are_exported(situation, t0):
         "unpublishable": 0,
         "no_success": 0,
         "bad_row": 0,
-        "database_error": 0,
         "check_failed": 0,
+        "bad_setting": 0,
     }
     assert value(samples, "durablebeat_database_up") == 1
 
@@ -213,3 +213,23 @@ def test_metrics_view_without_prometheus_client_says_how_to_install(client, monk
     response = client.get("/durablebeat/metrics")
     assert response.status_code == 501
     assert b"pip install durablebeat[prometheus]" in response.content
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("DURABLEBEAT_METRICS_PUBLIC", "yes"),
+        ("DURABLEBEAT_METRICS_TOKEN", "s3cret\nleaked"),
+        ("DURABLEBEAT_STUCK_THRESHOLD", float("nan")),
+    ],
+)
+def test_an_invalid_setting_is_a_503_naming_it_not_a_500(
+    client, situation, settings, setting, value
+):
+    """Under gunicorn no system check runs: the scrape says which setting, not its value."""
+    setattr(settings, setting, value)
+    response = client.get("/durablebeat/metrics", headers={"Authorization": "Bearer s3cret"})
+    assert response.status_code == 503
+    assert response["Content-Type"].startswith("text/plain")
+    assert setting.encode() in response.content
+    assert b"leaked" not in response.content

@@ -8,6 +8,7 @@ import datetime as dt
 import math
 
 import pytest
+from celery.schedules import schedule as celery_schedule
 from django.core import checks
 
 from durablebeat import checks as db_checks
@@ -68,6 +69,7 @@ def row(**fields) -> Schedule:
         ({"expire_seconds": math.nan}, "expire_seconds", "finite"),
         ({"expire_seconds": math.inf}, "expire_seconds", "finite"),
         ({"expire_seconds": 0.0}, "expire_seconds", "more than 0"),
+        ({"expire_seconds": -1.0}, "expire_seconds", "more than 0"),
         ({"expire_seconds": 1e12}, "expire_seconds", "at most"),
         ({"expire_seconds": True}, "expire_seconds", "bool"),
         ({"priority": 256}, "priority", "0 to 255"),
@@ -81,6 +83,21 @@ def row(**fields) -> Schedule:
         ({"task": "t\x1b[2J"}, "task", "one printable line"),
         ({"queue": "q\u2028x"}, "queue", "one printable line"),
         ({"routing_key": "k\r"}, "routing_key", "one printable line"),
+        # what PostgreSQL refuses at the save is refused here, in any string or key (R20)
+        ({"kwargs": {"a": "x\x00y"}}, "kwargs", "NUL"),
+        ({"kwargs": {"a\x00": 1}}, "kwargs", "NUL"),
+        ({"args": [["\ud800"]]}, "args", "surrogate"),
+        ({"headers": {"h": "\udfff"}}, "headers", "surrogate"),
+        ({"description": "two lines\nand a \x00"}, "description", "NUL"),
+        ({"description": "\ud83d"}, "description", "surrogate"),
+        ({"kwargs": {1: 2}}, "kwargs", "keys must be strings"),
+        ({"headers": {"task": "other.task"}}, "headers", "'task' reserved"),
+        ({"headers": {"eta": "2099-01-01T00:00:00", "id": "x"}}, "headers", "'eta', 'id'"),
+        ({"headers": {"durablebeat_run": 1}}, "headers", "reserved"),
+        ({"time_limit": 1e-320}, "time_limit", "at least 0.001"),
+        ({"soft_time_limit": 0.0009}, "soft_time_limit", "at least 0.001"),
+        ({"expire_seconds": 5e-324}, "expire_seconds", "at least 0.001"),
+        ({"exchange_type": "bogus"}, "exchange_type", "direct, topic, fanout, headers"),
     ],
 )
 def test_a_value_out_of_its_range_is_refused_naming_the_field(fields, field, words):
@@ -106,10 +123,24 @@ def test_a_value_out_of_its_range_is_refused_naming_the_field(fields, field, wor
         # exactly at the cap: args [] and kwargs {} are 2 bytes each, headers the rest
         {"headers": {"h": "x" * (v.DEFAULT_MAX_MESSAGE_BYTES - 4 - len('{"h": ""}'))}},
         {"name": "Morning digest — 08:00 ☕", "queue": "mail.high"},
+        {"time_limit": v.MIN_SECONDS, "expire_seconds": v.MIN_SECONDS},
+        {"exchange_type": "headers"},
+        {"headers": {"x-trace": "a ☕", "tenant": 7}, "description": "two\nlines ☕"},
     ],
 )
 def test_the_edges_of_each_range_are_accepted(fields):
     assert v.validate_schedule_fields(row(**fields), check_task=False) == {}
+
+
+def test_every_header_celery_sets_on_a_message_is_reserved():
+    """Celery merges extra headers over the ones it sets (``as_task_v2``): each is refused."""
+    from celery import Celery
+
+    message = Celery(set_as_current=False).amqp.as_task_v2("an-id", "a.task")
+    assert set(message.headers) <= v.RESERVED_HEADERS
+    for name in sorted(v.RESERVED_HEADERS):
+        errors = v.validate_schedule_fields(row(headers={name: 1}), check_task=False)
+        assert f"'{name}' reserved" in errors["headers"], name
 
 
 def test_a_self_containing_value_is_refused_not_a_recursion_error():
@@ -248,12 +279,15 @@ def test_the_new_checks_are_registered():
 # --- beat_schedule: the wrong type is refused by entry and field, nothing coerced --------
 
 
+POLICY = ("catch_up", "catch_up_window", "startup_grace", "take_over", "overlap", "description")
+
+
 def entry(**changes):
     base = {"task": "t", "schedule": 60, "options": {"durablebeat": {}}}
     for key, value in changes.items():
         if key in ("queue", "routing_key", "priority", "expires", "headers"):
             base["options"][key] = value
-        elif key in ("catch_up", "catch_up_window", "startup_grace", "take_over", "overlap"):
+        elif key in POLICY:
             base["options"]["durablebeat"][key] = value
         else:
             base[key] = value
@@ -304,6 +338,19 @@ def entry(**changes):
         ({"kwargs": {"x": math.nan}}, "kwargs"),
         ({"kwargs": {"x": deep(3000)}}, "kwargs"),
         ({"kwargs": {"x": "y" * 100_000}}, "kwargs"),
+        # nothing the database refuses reaches the boot's sync (R20)
+        ({"kwargs": {"a": "x\x00y"}}, "kwargs: the string at ['a'] must not contain a NUL"),
+        ({"headers": {"h": "\ud800"}}, "headers: the string at ['h'] must not contain a lone"),
+        ({"description": "d\x00"}, "description: must not contain a NUL"),
+        # nothing is coerced: JSON would turn {1: 2} into {"1": 2}
+        ({"kwargs": {1: 2}}, "kwargs: keys must be strings"),
+        ({"headers": {1: "x"}}, "headers: keys must be strings"),
+        (
+            {"headers": {"task": "other.task", "eta": "2099-01-01T00:00:00", "id": "fixed"}},
+            "headers: 'eta', 'id', 'task' reserved",
+        ),
+        ({"relative": "false"}, "relative: 'false' value must be True or False, not str"),
+        ({"schedule": celery_schedule(60, relative=True)}, "relative=True is not supported"),
     ],
 )
 def test_a_code_entry_of_the_wrong_type_or_range_names_entry_and_field(changes, words):

@@ -23,8 +23,13 @@ def _duration(text: str) -> Any:
 
 class Command(BaseCommand):
     help = "Operate durablebeat: health check, fire report, status table, import."
+    # Django's system checks run in ``handle``: an invalid DURABLEBEAT_* setting (E002) is
+    # ``check``'s critical finding (exit 2), not Django's SystemCheckError (exit 1).
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
+        # Django adds it only for commands whose checks it runs before ``handle``.
+        parser.add_argument("--skip-checks", action="store_true", help="Skip system checks.")
         sub = parser.add_subparsers(dest="subcommand", required=True, metavar="subcommand")
         check = sub.add_parser(
             "check",
@@ -49,6 +54,9 @@ class Command(BaseCommand):
         imp.add_argument("--dry-run", action="store_true", help="Print the plan, write nothing.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        checking = options["subcommand"] == "check"
+        if not options.get("skip_checks") and not (checking and health.invalid_settings()):
+            self.check()
         handler = {
             "check": self.check_,
             "report": self.report,
