@@ -119,6 +119,7 @@ def test_check_findings_are_exported(situation, t0):
         "unpublishable": 0,
         "no_success": 0,
         "bad_row": 0,
+        "database_error": 0,
         "check_failed": 0,
         "bad_setting": 0,
     }
