@@ -19,7 +19,7 @@ from django.utils.dateparse import parse_duration as django_parse_duration
 
 from .enums import Reason
 from .models import MESSAGE_FIELDS, POLICY_FIELDS, TIMING_FIELDS, Schedule
-from .validation import MAX_JSON_DEPTH, known_task_names, text_error
+from .validation import DEPTH_ERROR, known_task_names, text_error
 
 #: fields a code-defined schedule takes from ``beat_schedule`` at every boot (codesync)
 CODE_OWNED_FIELDS = (
@@ -73,11 +73,7 @@ class JSONTextField(forms.JSONField):
                 "Malformed JSON: %(error)s.", code="invalid", params={"error": exc}
             ) from exc
         except RecursionError:  # thousands of nested brackets: a 500 otherwise
-            raise ValidationError(
-                "Nested too deeply (at most %(depth)s levels).",
-                code="invalid",
-                params={"depth": MAX_JSON_DEPTH},
-            ) from None
+            raise ValidationError(DEPTH_ERROR, code="invalid") from None
 
 
 class FlexibleDurationField(forms.DurationField):

@@ -97,6 +97,9 @@ MIN_PRIORITY, MAX_PRIORITY = 0, 255
 #: args/kwargs/headers nested deeper than this are refused (Python's JSON recursion fails
 #: near 1,000 levels, well before any size cap)
 MAX_JSON_DEPTH = 32
+#: one wording whichever refuses the depth (the form's parser or the walk below): where the
+#: parser's recursion gives out depends on the Python (3.13 parses 5,000 levels, 3.11 not)
+DEPTH_ERROR = f"is nested deeper than {MAX_JSON_DEPTH} levels"
 #: ``DURABLEBEAT_MAX_MESSAGE_BYTES``: args, kwargs and headers together, serialised as JSON
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024
 MIN_MAX_MESSAGE_BYTES, MAX_MAX_MESSAGE_BYTES = 1024, 16 * 1024 * 1024
@@ -193,7 +196,7 @@ def json_depth_error(value: Any) -> str | None:
         item, depth = stack.pop()
         if isinstance(item, list | tuple | dict):
             if depth > MAX_JSON_DEPTH:
-                return f"is nested deeper than {MAX_JSON_DEPTH} levels"
+                return DEPTH_ERROR
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
     return None

@@ -100,8 +100,10 @@ def form_data(**overrides):
 @pytest.mark.parametrize(
     ("overrides", "field", "words"),
     [
-        ({"kwargs": '{"a": ' * 5000 + "1" + "}" * 5000}, "kwargs", "Nested too deeply"),
-        ({"args": "[" * 100_000 + "]" * 100_000}, "args", "Nested too deeply"),
+        # One wording whether the parser's recursion gives out (where depends on the Python:
+        # 3.13 parses 5,000 levels) or the depth walk after it refuses.
+        ({"kwargs": '{"a": ' * 5000 + "1" + "}" * 5000}, "kwargs", "nested deeper than 32"),
+        ({"args": "[" * 100_000 + "]" * 100_000}, "args", "nested deeper than 32"),
         ({"kwargs": '{"a": NaN}'}, "kwargs", "JSON"),
         ({"kwargs": '{"a": "' + "x" * 70_000 + '"}'}, "kwargs", "MAX_MESSAGE_BYTES"),
         ({"every": "300000d"}, "every", "at most"),
