@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     bench.setup()
-    from durablebeat import health
+    from durablebeat.ops import health
 
     now = bench.now()
     print("| N | no_success: s [min..max] | findings | whole check: s [min..max] |")

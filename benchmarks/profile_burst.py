@@ -31,8 +31,8 @@ def main() -> None:
     parser.add_argument("--no-batch", action="store_true", help="one round trip per message")
     args = parser.parse_args()
     r = setup()
-    from durablebeat import ledger, publishing
-    from durablebeat.engine import PUBLISH_GROUP, Engine
+    from durablebeat.beat import publishing
+    from durablebeat.beat.engine import PUBLISH_GROUP, Engine
     from durablebeat.models import Schedule
     from project.celery import app
 
@@ -42,7 +42,7 @@ def main() -> None:
     timings: dict[str, float] = {"publish": 0.0}
     with app.producer_or_acquire() as producer:
 
-        def publish(claim: ledger.Claim) -> None:
+        def publish(claim: due.Claim) -> None:
             start = time.perf_counter()
             publishing.send(app, claim, producer=producer)
             timings["publish"] += time.perf_counter() - start

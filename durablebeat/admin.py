@@ -25,7 +25,9 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
 
-from . import clock, conf, health, publishing, report, timing
+from . import conf
+from .beat import publishing
+from .core import clock, timing
 from .enums import Reason, RunState, Source
 from .forms import CODE_OWNED_FIELDS, ScheduleForm, ShownToTheSecondField, apply_edit_rules
 from .models import (
@@ -39,6 +41,7 @@ from .models import (
     Schedule,
     WorkerHeartbeat,
 )
+from .ops import health, words
 
 logger = logging.getLogger("durablebeat")
 
@@ -65,7 +68,7 @@ def local(value: dt.datetime | None) -> str:
     try:
         value = timezone.localtime(value)
     except OverflowError:
-        return report.absolute(value)
+        return words.absolute(value)
     return f"{value.year:04d}{value:-%m-%d %H:%M:%S %Z}"
 
 
@@ -83,7 +86,7 @@ class EdgeSafeSplitDateTime(AdminSplitDateTime):
 def _instant(value: dt.datetime | None) -> str:
     if value is None:
         return "-"
-    return f"{local(value)} ({report.relative(value, clock.now())})"
+    return f"{local(value)} ({words.relative(value, clock.now())})"
 
 
 def _outcome(state: str) -> str:
@@ -150,7 +153,7 @@ def _late_after() -> dt.timedelta | None:
 
 def _next_fire_words(obj: Schedule) -> str:
     try:
-        return report.next_fire_words(obj, clock.now())
+        return words.next_fire_words(obj, clock.now())
     except conf.InvalidSetting:  # LATE_AFTER: the page's message names it
         return "(DURABLEBEAT_LATE_AFTER is invalid)"
 
@@ -293,18 +296,18 @@ class ScheduleAdmin(GuardedAdmin):
 
     @admin.display(description="schedule")
     def schedule_in_words(self, obj: Schedule) -> str:
-        return report.schedule_words(obj)
+        return words.schedule_words(obj)
 
     @admin.display(description="next fire", ordering="next_fire_at")
     def next_fire(self, obj: Schedule) -> str:
-        words = _next_fire_words(obj)
+        said = _next_fire_words(obj)
         if obj.next_fire_at is None or not obj.enabled or obj.error:
-            return words
-        colour = "#c62828" if words.startswith("overdue") else "inherit"
+            return said
+        colour = "#c62828" if said.startswith("overdue") else "inherit"
         return format_html(
             '<span style="color:{}">{}</span><br><small>{}</small>',
             colour,
-            words,
+            said,
             local(obj.next_fire_at),
         )
 
@@ -345,7 +348,7 @@ class ScheduleAdmin(GuardedAdmin):
             return "never"
         return format_html(
             "{}<br><small>{}</small>",
-            report.relative(obj.last_completed_at, clock.now()),
+            words.relative(obj.last_completed_at, clock.now()),
             local(obj.last_completed_at),
         )
 
@@ -360,7 +363,7 @@ class ScheduleAdmin(GuardedAdmin):
         return format_html(
             '<span style="color:#ef6c00" title="{}">for {}</span>',
             obj.stuck_reason,
-            report.duration_words(clock.now() - obj.stuck_since),
+            words.duration_words(clock.now() - obj.stuck_since),
         )
 
     @admin.display(description="stuck")
@@ -370,7 +373,7 @@ class ScheduleAdmin(GuardedAdmin):
         return format_html(
             "since {} ({}): {}",
             local(obj.stuck_since),
-            report.duration_words(clock.now() - obj.stuck_since),
+            words.duration_words(clock.now() - obj.stuck_since),
             obj.stuck_reason,
         )
 
@@ -671,7 +674,7 @@ class RunAdmin(ReadOnlyAdmin):
     @admin.display(description="took")
     def took(self, obj: Run) -> str:
         if obj.started_at and obj.finished_at:
-            return report.duration_words(obj.finished_at - obj.started_at)
+            return words.duration_words(obj.finished_at - obj.started_at)
         return ""
 
     @admin.display(description="detail")
@@ -710,7 +713,7 @@ class BootAdmin(ReadOnlyAdmin):
 
     @admin.display(description="last heartbeat", ordering="heartbeat_at")
     def heartbeat(self, obj: Boot) -> str:
-        return report.relative(obj.heartbeat_at, clock.now())
+        return words.relative(obj.heartbeat_at, clock.now())
 
     @admin.display(description="stopped", ordering="stopped_at")
     def stopped(self, obj: Boot) -> str:

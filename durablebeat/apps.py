@@ -7,7 +7,8 @@ class DurablebeatConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, tracking
+        from . import checks
+        from .worker import tracking
 
         checks.register()
         # Completion tracking in every worker that loads Django, with no code in user tasks.

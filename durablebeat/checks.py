@@ -135,7 +135,7 @@ def check_scheduler_configured(**kwargs: Any) -> list[checks.CheckMessage]:
 
 
 def check_code_schedules(**kwargs: Any) -> list[checks.CheckMessage]:
-    from .codesync import BadEntry, celery_timezone, parse_beat_schedule
+    from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
 
     app = _celery_app()
     try:
@@ -149,7 +149,7 @@ def check_code_schedules(**kwargs: Any) -> list[checks.CheckMessage]:
 
 def check_database_backend(**kwargs: Any) -> list[checks.CheckMessage]:
     """R23: a backend durablebeat does not support is refused before beat starts."""
-    from .dberrors import unsupported_backend
+    from .beat.dberrors import unsupported_backend
 
     problem = unsupported_backend()
     if problem is None:

@@ -84,7 +84,7 @@ class FlexibleDurationField(forms.DurationField):
     }
 
     def to_python(self, value: Any) -> dt.timedelta | None:
-        from .report import parse_duration
+        from .ops.words import parse_duration
 
         if value in self.empty_values:
             return None

@@ -1,5 +1,5 @@
-"""What durablebeat stores. Models store; the logic lives in ``timing``, ``ledger`` and
-``schedulers`` and works on the small values these rows turn into."""
+"""What durablebeat stores. Models store; the logic lives in ``core`` and ``beat``
+and works on the small values these rows turn into."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from . import timing
+from .core import timing
 from .enums import Kind, Overlap, Reason, RunState, Source
 
 #: A schedule's fields by what they are about: the one place that names them together (the

@@ -14,10 +14,13 @@ from typing import Any
 
 from celery.beat import Scheduler
 
-from . import clock, conf, ledger, notify, publishing
-from .codesync import BadEntry, celery_timezone, parse_beat_schedule
-from .dberrors import DatabaseUnusable
-from .engine import MIN_SLEEP, PUBLISH_GROUP, Engine
+from . import conf
+from .beat import notify, publishing
+from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
+from .beat.dberrors import DatabaseUnusable
+from .beat.due import Claim
+from .beat.engine import MIN_SLEEP, PUBLISH_GROUP, Engine
+from .core import clock
 
 logger = logging.getLogger("durablebeat")
 
@@ -43,7 +46,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
 
         django.setup()
         entries = parse_beat_schedule(self.app.conf.beat_schedule or {}, celery_timezone(self.app))
-        from .hooks import default_hooks
+        from .beat.hooks import default_hooks
 
         self._engine = Engine(
             code_entries=entries,
@@ -78,7 +81,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             return 0.0
         return interval
 
-    def _send(self, claim: ledger.Claim) -> None:
+    def _send(self, claim: Claim) -> None:
         publishing.send(self.app, claim, producer=self.producer)
 
     def _batch(self) -> contextlib.AbstractContextManager[Any]:

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .metrics import metrics_view
+from .ops.metrics import metrics_view
 
 app_name = "durablebeat"
 urlpatterns = [path("metrics", metrics_view, name="metrics")]

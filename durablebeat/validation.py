@@ -23,7 +23,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from . import timing
+from .core import timing
 
 if TYPE_CHECKING:
     from .models import Schedule

@@ -44,9 +44,9 @@ def publisher() -> RecordingPublisher:
 
 @pytest.fixture
 def make_engine(publisher: RecordingPublisher) -> Callable[..., Any]:
-    from durablebeat.codesync import parse_beat_schedule
-    from durablebeat.engine import Engine
-    from durablebeat.hooks import default_hooks
+    from durablebeat.beat.codesync import parse_beat_schedule
+    from durablebeat.beat.engine import Engine
+    from durablebeat.beat.hooks import default_hooks
 
     def make(beat_schedule: dict[str, Any] | None = None, **kwargs: Any) -> Engine:
         entries = parse_beat_schedule(beat_schedule or {}, "UTC")

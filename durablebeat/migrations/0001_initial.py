@@ -6,152 +6,381 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Marker',
+            name="Marker",
             fields=[
-                ('key', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('at', models.DateTimeField()),
+                ("key", models.CharField(max_length=64, primary_key=True, serialize=False)),
+                ("at", models.DateTimeField()),
             ],
         ),
         migrations.CreateModel(
-            name='Boot',
+            name="Boot",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('hostname', models.CharField(max_length=255)),
-                ('pid', models.PositiveIntegerField()),
-                ('started_at', models.DateTimeField()),
-                ('heartbeat_at', models.DateTimeField()),
-                ('stopped_at', models.DateTimeField(blank=True, null=True)),
-                ('version', models.CharField(blank=True, max_length=32)),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("hostname", models.CharField(max_length=255)),
+                ("pid", models.PositiveIntegerField()),
+                ("started_at", models.DateTimeField()),
+                ("heartbeat_at", models.DateTimeField()),
+                ("stopped_at", models.DateTimeField(blank=True, null=True)),
+                ("version", models.CharField(blank=True, max_length=32)),
             ],
             options={
-                'ordering': ['-started_at'],
-                'indexes': [models.Index(fields=['heartbeat_at'], name='durablebeat_boot_hb_idx')],
+                "ordering": ["-started_at"],
+                "indexes": [models.Index(fields=["heartbeat_at"], name="durablebeat_boot_hb_idx")],
             },
         ),
         migrations.CreateModel(
-            name='Incident',
+            name="Incident",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(max_length=32)),
-                ('count', models.PositiveIntegerField(default=1)),
-                ('detail', models.TextField(blank=True)),
-                ('at', models.DateTimeField()),
-                ('boot', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to='durablebeat.boot')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("kind", models.CharField(max_length=32)),
+                ("count", models.PositiveIntegerField(default=1)),
+                ("detail", models.TextField(blank=True)),
+                ("at", models.DateTimeField()),
+                (
+                    "boot",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to="durablebeat.boot",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-at'],
+                "ordering": ["-at"],
             },
         ),
         migrations.CreateModel(
-            name='Schedule',
+            name="Schedule",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200, unique=True)),
-                ('task', models.CharField(help_text='Registered Celery task name.', max_length=200)),
-                ('args', models.JSONField(blank=True, default=list, help_text='JSON list.')),
-                ('kwargs', models.JSONField(blank=True, default=dict, help_text='JSON object.')),
-                ('queue', models.CharField(blank=True, max_length=200)),
-                ('routing_key', models.CharField(blank=True, max_length=200)),
-                ('priority', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('expire_seconds', models.FloatField(blank=True, help_text='Message expires this many seconds after it is sent.', null=True)),
-                ('headers', models.JSONField(blank=True, default=dict, help_text='Extra message headers.')),
-                ('description', models.TextField(blank=True)),
-                ('kind', models.CharField(choices=[('interval', 'Interval'), ('crontab', 'Crontab'), ('clocked', 'One-off')], default='interval', max_length=16)),
-                ('every', models.DurationField(blank=True, help_text='Interval schedules.', null=True)),
-                ('minute', models.CharField(default='*', max_length=240)),
-                ('hour', models.CharField(default='*', max_length=96)),
-                ('day_of_week', models.CharField(default='*', max_length=64)),
-                ('day_of_month', models.CharField(default='*', max_length=124)),
-                ('month_of_year', models.CharField(default='*', max_length=64)),
-                ('timezone', models.CharField(default='UTC', help_text='IANA time zone.', max_length=64)),
-                ('clocked_at', models.DateTimeField(blank=True, help_text='One-off schedules.', null=True)),
-                ('enabled', models.BooleanField(default=True)),
-                ('source', models.CharField(choices=[('code', 'Code (beat_schedule)'), ('database', 'Database (admin)')], default='database', max_length=16)),
-                ('removed_from_code_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('startup_grace', models.DurationField(blank=True, help_text='Empty: DURABLEBEAT_STARTUP_GRACE.', null=True)),
-                ('catch_up', models.BooleanField(default=False, help_text='Delivery schedule: fire once at boot for a slot just missed.')),
-                ('catch_up_window', models.DurationField(blank=True, help_text='Empty: DURABLEBEAT_CATCH_UP_WINDOW.', null=True)),
-                ('overlap', models.CharField(choices=[('skip', 'Skip while running'), ('allow', 'Allow overlap')], default='skip', max_length=16)),
-                ('next_fire_at', models.DateTimeField(blank=True, help_text='Empty: beat computes it (first slot or startup grace).', null=True)),
-                ('next_fire_reason', models.CharField(choices=[('scheduled', 'Scheduled'), ('startup_grace', 'Startup grace'), ('catch_up', 'Catch-up'), ('manual', 'Manual'), ('republish', 'Re-publish')], default='scheduled', editable=False, max_length=16)),
-                ('last_fired_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('last_completed_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('last_failed_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('last_outcome', models.CharField(blank=True, choices=[('claimed', 'Claimed'), ('published', 'Published'), ('started', 'Started'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('lost', 'Lost'), ('skipped', 'Skipped'), ('missed', 'Missed')], editable=False, max_length=16)),
-                ('stuck_since', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('stuck_reason', models.CharField(blank=True, editable=False, max_length=300)),
-                ('error', models.TextField(blank=True, editable=False, help_text='Why beat could not use this row (R20).')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200, unique=True)),
+                (
+                    "task",
+                    models.CharField(help_text="Registered Celery task name.", max_length=200),
+                ),
+                ("args", models.JSONField(blank=True, default=list, help_text="JSON list.")),
+                ("kwargs", models.JSONField(blank=True, default=dict, help_text="JSON object.")),
+                ("queue", models.CharField(blank=True, max_length=200)),
+                ("routing_key", models.CharField(blank=True, max_length=200)),
+                ("priority", models.PositiveSmallIntegerField(blank=True, null=True)),
+                (
+                    "expire_seconds",
+                    models.FloatField(
+                        blank=True,
+                        help_text="Message expires this many seconds after it is sent.",
+                        null=True,
+                    ),
+                ),
+                (
+                    "headers",
+                    models.JSONField(blank=True, default=dict, help_text="Extra message headers."),
+                ),
+                ("description", models.TextField(blank=True)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("interval", "Interval"),
+                            ("crontab", "Crontab"),
+                            ("clocked", "One-off"),
+                        ],
+                        default="interval",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "every",
+                    models.DurationField(blank=True, help_text="Interval schedules.", null=True),
+                ),
+                ("minute", models.CharField(default="*", max_length=240)),
+                ("hour", models.CharField(default="*", max_length=96)),
+                ("day_of_week", models.CharField(default="*", max_length=64)),
+                ("day_of_month", models.CharField(default="*", max_length=124)),
+                ("month_of_year", models.CharField(default="*", max_length=64)),
+                (
+                    "timezone",
+                    models.CharField(default="UTC", help_text="IANA time zone.", max_length=64),
+                ),
+                (
+                    "clocked_at",
+                    models.DateTimeField(blank=True, help_text="One-off schedules.", null=True),
+                ),
+                ("enabled", models.BooleanField(default=True)),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[
+                            ("code", "Code (beat_schedule)"),
+                            ("database", "Database (admin)"),
+                        ],
+                        default="database",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "removed_from_code_at",
+                    models.DateTimeField(blank=True, editable=False, null=True),
+                ),
+                (
+                    "startup_grace",
+                    models.DurationField(
+                        blank=True, help_text="Empty: DURABLEBEAT_STARTUP_GRACE.", null=True
+                    ),
+                ),
+                (
+                    "catch_up",
+                    models.BooleanField(
+                        default=False,
+                        help_text="Delivery schedule: fire once at boot for a slot just missed.",
+                    ),
+                ),
+                (
+                    "catch_up_window",
+                    models.DurationField(
+                        blank=True, help_text="Empty: DURABLEBEAT_CATCH_UP_WINDOW.", null=True
+                    ),
+                ),
+                (
+                    "overlap",
+                    models.CharField(
+                        choices=[("skip", "Skip while running"), ("allow", "Allow overlap")],
+                        default="skip",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "next_fire_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="Empty: beat computes it (first slot or startup grace).",
+                        null=True,
+                    ),
+                ),
+                (
+                    "next_fire_reason",
+                    models.CharField(
+                        choices=[
+                            ("scheduled", "Scheduled"),
+                            ("startup_grace", "Startup grace"),
+                            ("catch_up", "Catch-up"),
+                            ("manual", "Manual"),
+                            ("republish", "Re-publish"),
+                        ],
+                        default="scheduled",
+                        editable=False,
+                        max_length=16,
+                    ),
+                ),
+                ("last_fired_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("last_completed_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("last_failed_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                (
+                    "last_outcome",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("claimed", "Claimed"),
+                            ("published", "Published"),
+                            ("started", "Started"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("lost", "Lost"),
+                            ("skipped", "Skipped"),
+                            ("missed", "Missed"),
+                        ],
+                        editable=False,
+                        max_length=16,
+                    ),
+                ),
+                ("stuck_since", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("stuck_reason", models.CharField(blank=True, editable=False, max_length=300)),
+                (
+                    "error",
+                    models.TextField(
+                        blank=True,
+                        editable=False,
+                        help_text="Why beat could not use this row (R20).",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['name'],
-                'indexes': [models.Index(condition=models.Q(('enabled', True)), fields=['next_fire_at'], name='durablebeat_due_idx')],
+                "ordering": ["name"],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("enabled", True)),
+                        fields=["next_fire_at"],
+                        name="durablebeat_due_idx",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='MissedSlots',
+            name="MissedSlots",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('count', models.PositiveIntegerField()),
-                ('first_slot', models.DateTimeField()),
-                ('last_slot', models.DateTimeField()),
-                ('reason', models.CharField(max_length=300)),
-                ('recorded_at', models.DateTimeField()),
-                ('boot', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to='durablebeat.boot')),
-                ('schedule', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='missed', to='durablebeat.schedule')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("count", models.PositiveIntegerField()),
+                ("first_slot", models.DateTimeField()),
+                ("last_slot", models.DateTimeField()),
+                ("reason", models.CharField(max_length=300)),
+                ("recorded_at", models.DateTimeField()),
+                (
+                    "boot",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to="durablebeat.boot",
+                    ),
+                ),
+                (
+                    "schedule",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="missed",
+                        to="durablebeat.schedule",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'missed slots',
-                'ordering': ['-recorded_at'],
+                "verbose_name_plural": "missed slots",
+                "ordering": ["-recorded_at"],
             },
         ),
         migrations.CreateModel(
-            name='WorkerHeartbeat',
+            name="WorkerHeartbeat",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('worker', models.CharField(max_length=255)),
-                ('pid', models.PositiveIntegerField()),
-                ('seen_at', models.DateTimeField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("worker", models.CharField(max_length=255)),
+                ("pid", models.PositiveIntegerField()),
+                ("seen_at", models.DateTimeField()),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('worker', 'pid'), name='durablebeat_one_heartbeat')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("worker", "pid"), name="durablebeat_one_heartbeat"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Run',
+            name="Run",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slot', models.DateTimeField()),
-                ('reason', models.CharField(choices=[('scheduled', 'Scheduled'), ('startup_grace', 'Startup grace'), ('catch_up', 'Catch-up'), ('manual', 'Manual'), ('republish', 'Re-publish')], default='scheduled', max_length=16)),
-                ('state', models.CharField(choices=[('claimed', 'Claimed'), ('published', 'Published'), ('started', 'Started'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('lost', 'Lost'), ('skipped', 'Skipped'), ('missed', 'Missed')], default='claimed', max_length=16)),
-                ('task_id', models.CharField(blank=True, max_length=255, null=True, unique=True)),
-                ('claimed_at', models.DateTimeField()),
-                ('published_at', models.DateTimeField(blank=True, null=True)),
-                ('publish_attempts', models.PositiveIntegerField(default=0)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('worker', models.CharField(blank=True, max_length=255)),
-                ('worker_pid', models.PositiveIntegerField(blank=True, null=True)),
-                ('hard_time_limit', models.FloatField(blank=True, null=True)),
-                ('soft_time_limit_exceeded', models.BooleanField(default=False)),
-                ('detail', models.CharField(blank=True, help_text='Skip or miss reason.', max_length=300)),
-                ('error', models.TextField(blank=True)),
-                ('boot', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to='durablebeat.boot')),
-                ('schedule', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='runs', to='durablebeat.schedule')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("slot", models.DateTimeField()),
+                (
+                    "reason",
+                    models.CharField(
+                        choices=[
+                            ("scheduled", "Scheduled"),
+                            ("startup_grace", "Startup grace"),
+                            ("catch_up", "Catch-up"),
+                            ("manual", "Manual"),
+                            ("republish", "Re-publish"),
+                        ],
+                        default="scheduled",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("claimed", "Claimed"),
+                            ("published", "Published"),
+                            ("started", "Started"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("lost", "Lost"),
+                            ("skipped", "Skipped"),
+                            ("missed", "Missed"),
+                        ],
+                        default="claimed",
+                        max_length=16,
+                    ),
+                ),
+                ("task_id", models.CharField(blank=True, max_length=255, null=True, unique=True)),
+                ("claimed_at", models.DateTimeField()),
+                ("published_at", models.DateTimeField(blank=True, null=True)),
+                ("publish_attempts", models.PositiveIntegerField(default=0)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("worker", models.CharField(blank=True, max_length=255)),
+                ("worker_pid", models.PositiveIntegerField(blank=True, null=True)),
+                ("hard_time_limit", models.FloatField(blank=True, null=True)),
+                ("soft_time_limit_exceeded", models.BooleanField(default=False)),
+                (
+                    "detail",
+                    models.CharField(blank=True, help_text="Skip or miss reason.", max_length=300),
+                ),
+                ("error", models.TextField(blank=True)),
+                (
+                    "boot",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to="durablebeat.boot",
+                    ),
+                ),
+                (
+                    "schedule",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="runs",
+                        to="durablebeat.schedule",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-slot'],
-                'indexes': [models.Index(fields=['state', 'claimed_at'], name='durablebeat_run_state_idx'), models.Index(fields=['schedule', 'state'], name='durablebeat_run_sched_idx')],
-                'constraints': [models.UniqueConstraint(fields=('schedule', 'slot'), name='durablebeat_one_run_per_slot')],
+                "ordering": ["-slot"],
+                "indexes": [
+                    models.Index(fields=["state", "claimed_at"], name="durablebeat_run_state_idx"),
+                    models.Index(fields=["schedule", "state"], name="durablebeat_run_sched_idx"),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("schedule", "slot"), name="durablebeat_one_run_per_slot"
+                    )
+                ],
             },
         ),
     ]

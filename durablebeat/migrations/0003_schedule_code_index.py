@@ -1,6 +1,5 @@
 """The boot-time code sync reads code-defined rows by an index, not a scan of every row (R6)."""
 
-
 from django.db import migrations, models
 
 

@@ -4,15 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('durablebeat', '0003_schedule_code_index'),
+        ("durablebeat", "0003_schedule_code_index"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='schedule',
-            name='enabled_at',
-            field=models.DateTimeField(blank=True, editable=False, help_text="When it was last enabled again; check's no_success counts from here.", null=True),
+            model_name="schedule",
+            name="enabled_at",
+            field=models.DateTimeField(
+                blank=True,
+                editable=False,
+                help_text="When it was last enabled again; check's no_success counts from here.",
+                null=True,
+            ),
         ),
     ]

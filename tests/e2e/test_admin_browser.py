@@ -86,8 +86,8 @@ def fill(driver: Any, name: str, value: str) -> None:
 def test_admin_create_refuse_run_now_and_history(browser, live_server, broker_queue):
     from django.contrib.auth.models import User
 
-    from durablebeat import clock
-    from durablebeat.engine import Engine
+    from durablebeat.beat.engine import Engine
+    from durablebeat.core import clock
     from durablebeat.enums import Reason
     from durablebeat.models import Run, Schedule
 

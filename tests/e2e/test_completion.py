@@ -12,7 +12,7 @@ import pytest
 
 from durablebeat.enums import RunState
 from durablebeat.models import Boot, Incident, Marker, Run, Schedule, WorkerHeartbeat
-from durablebeat.reclaim import MARKER
+from durablebeat.worker.reclaim import MARKER
 from tests.e2eapp.models import Execution
 
 from .harness import Cluster, wait_until
@@ -204,7 +204,7 @@ def test_a_message_that_expired_in_the_queue_fails_the_run_it_does_not_hold_it(
     worker that comes up drops it. The run ends failed with why (from the worker's revoke
     signal: result reconciliation is off here), not published for ever, which would hold
     this ``overlap=skip`` schedule."""
-    from durablebeat import clock
+    from durablebeat.core import clock
 
     cluster.settings = {"DURABLEBEAT_RESULT_RECONCILE": "0"}
     cluster.beat_schedule = {

@@ -18,9 +18,9 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from durablebeat import health
 from durablebeat.enums import RunState
 from durablebeat.models import Run
+from durablebeat.ops import health
 
 from .harness import OUTPUT, Cluster, wait_until
 from .proxy import Proxy

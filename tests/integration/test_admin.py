@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 
-from durablebeat import publishing
+from durablebeat.beat import publishing
 from durablebeat.enums import Reason, RunState, Source
 from durablebeat.models import Run, Schedule
 

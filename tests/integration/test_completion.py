@@ -12,10 +12,10 @@ import pytest
 from celery.exceptions import TimeLimitExceeded
 from django.db import OperationalError
 
-from durablebeat import completion, reclaim, tracking
-from durablebeat.backlog import Backlog
 from durablebeat.enums import RunState
 from durablebeat.models import Incident, Run, Schedule, WorkerHeartbeat
+from durablebeat.worker import completion, reclaim, tracking
+from durablebeat.worker.backlog import Backlog
 from project.celery import app
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,7 +8,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from durablebeat.codesync import BadEntry
+from durablebeat.beat import boots, due
+from durablebeat.beat.codesync import BadEntry
 from durablebeat.enums import Reason, RunState
 from durablebeat.models import Run, Schedule
 
@@ -176,8 +177,6 @@ def test_during_a_database_outage_disabled_and_bad_code_schedules_stay_silent(
     what the database said last: a schedule disabled or set aside as bad there is not fired."""
     from django.db import OperationalError
 
-    from durablebeat import ledger
-
     code = {name: EVERY_20["job"] for name in ("on", "off", "bad")}
     engine = make_engine(code)
     engine.tick(t0)  # boot: each first fire at t0 + startup grace
@@ -188,8 +187,8 @@ def test_during_a_database_outage_disabled_and_bad_code_schedules_stay_silent(
     def down(*args, **kwargs):
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(ledger, "fetch_due", down)
-    monkeypatch.setattr(ledger, "register_boot", down)
+    monkeypatch.setattr(due, "fetch_due", down)
+    monkeypatch.setattr(boots, "register_boot", down)
     for k in range(11, 100):
         engine.tick(t0 + k * S)
     assert not engine.db_ok
@@ -203,8 +202,6 @@ def test_a_boot_without_the_database_does_not_push_back_a_stored_next_fire(
     memory; when the database answers before that plan fired, the stored next fire holds."""
     from django.db import OperationalError
 
-    from durablebeat import ledger
-
     make_engine(EVERY_20).tick(t0)
     stored = Schedule.objects.get().next_fire_at  # t0 + startup grace
 
@@ -213,7 +210,7 @@ def test_a_boot_without_the_database_does_not_push_back_a_stored_next_fire(
 
     engine = make_engine(EVERY_20)
     with monkeypatch.context() as m:
-        m.setattr(ledger, "register_boot", down)
+        m.setattr(boots, "register_boot", down)
         engine.tick(t0 + 30 * S)  # boots from code: memory plans t0 + 30 s + grace
     assert not engine.db_ok
     engine.tick(t0 + 32 * S)  # the database answers again
@@ -298,7 +295,7 @@ def test_due_query_uses_the_partial_index_on_postgres():
         pytest.skip("EXPLAIN output is PostgreSQL's")
     from django.utils import timezone
 
-    from durablebeat.ledger import fetch_due
+    from durablebeat.beat.due import fetch_due
 
     Schedule.objects.bulk_create(
         Schedule(

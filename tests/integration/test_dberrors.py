@@ -18,9 +18,10 @@ from django.db import DatabaseError, NotSupportedError, connection
 from django.db.utils import DatabaseErrorWrapper
 
 from durablebeat import checks as db_checks
-from durablebeat import dberrors, health, ledger
-from durablebeat.dberrors import DatabaseUnusable
+from durablebeat.beat import boots, dberrors, due
+from durablebeat.beat.dberrors import DatabaseUnusable
 from durablebeat.models import Incident
+from durablebeat.ops import health
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,7 +49,7 @@ def _refused_feature(*args, **kwargs):
 
 
 def test_a_missing_table_at_boot_stops_beat_naming_the_error(make_engine, monkeypatch, t0):
-    monkeypatch.setattr(ledger, "register_boot", _missing_table)
+    monkeypatch.setattr(boots, "register_boot", _missing_table)
     engine = make_engine(CODE)
     with pytest.raises(DatabaseUnusable) as stopped:
         engine.tick(t0)
@@ -59,7 +60,7 @@ def test_a_missing_table_at_boot_stops_beat_naming_the_error(make_engine, monkey
 
 def test_a_due_query_the_server_refuses_stops_the_boot(make_engine, monkeypatch, t0):
     """Issue 13: MariaDB refused ``FOR UPDATE OF`` and beat sat in memory mode for ever."""
-    monkeypatch.setattr(ledger, "fetch_due", _refused_feature)
+    monkeypatch.setattr(due, "fetch_due", _refused_feature)
     with pytest.raises(DatabaseUnusable, match="FOR UPDATE OF is not supported"):
         make_engine(CODE).tick(t0)
 
@@ -67,7 +68,7 @@ def test_a_due_query_the_server_refuses_stops_the_boot(make_engine, monkeypatch,
 def test_a_connection_cut_at_boot_is_an_outage_beat_fires_from_memory(
     make_engine, monkeypatch, publisher, t0
 ):
-    monkeypatch.setattr(ledger, "register_boot", _connection_cut)
+    monkeypatch.setattr(boots, "register_boot", _connection_cut)
     engine = make_engine(CODE)
     engine.tick(t0)
     assert not engine.db_ok
@@ -84,7 +85,7 @@ def test_after_boot_a_recurring_error_is_logged_and_check_reports_it_critical(
     assert health.exit_code(health.check(t0)) < 2 or "database_error" not in {
         f.code for f in health.check(t0)
     }
-    monkeypatch.setattr(ledger, "fetch_due", _missing_table)
+    monkeypatch.setattr(due, "fetch_due", _missing_table)
     engine.tick(t0 + S)
     assert not engine.db_ok
     assert "database_error" in {r.event for r in caplog.records if hasattr(r, "event")}
@@ -106,7 +107,7 @@ def test_after_boot_a_recurring_error_is_logged_and_check_reports_it_critical(
 def test_after_boot_a_connection_cut_is_no_database_error(make_engine, monkeypatch, t0):
     engine = make_engine(CODE)
     engine.tick(t0)
-    monkeypatch.setattr(ledger, "fetch_due", _connection_cut)
+    monkeypatch.setattr(due, "fetch_due", _connection_cut)
     engine.tick(t0 + S)
     assert not engine.db_ok
     assert not Incident.objects.filter(kind=dberrors.KIND).exists()
@@ -117,7 +118,7 @@ def test_a_recurring_error_stops_the_beat_process_not_just_one_tick(monkeypatch)
     from durablebeat.schedulers import DurableScheduler
     from project.celery import app
 
-    monkeypatch.setattr(ledger, "register_boot", _missing_table)
+    monkeypatch.setattr(boots, "register_boot", _missing_table)
     scheduler = DurableScheduler(app)
     with pytest.raises(DatabaseUnusable):
         scheduler.tick()

@@ -12,10 +12,10 @@ from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from durablebeat import importer
-from durablebeat.codesync import BadEntry
+from durablebeat.beat.codesync import BadEntry
 from durablebeat.enums import Source
 from durablebeat.models import Schedule
+from durablebeat.ops import importer
 from durablebeat.schedulers import DurableScheduler
 from project.celery import app
 

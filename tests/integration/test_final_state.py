@@ -13,9 +13,10 @@ import pytest
 from django.db import DataError, OperationalError
 from django.test import override_settings
 
-from durablebeat import backlog, completion, health, reclaim, tracking
 from durablebeat.enums import RunState
 from durablebeat.models import Run, Schedule, WorkerHeartbeat
+from durablebeat.ops import health
+from durablebeat.worker import backlog, completion, reclaim, tracking
 from tests.e2e.harness import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

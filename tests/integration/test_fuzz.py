@@ -21,12 +21,12 @@ from django.test import Client, override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from durablebeat import health
-from durablebeat.codesync import BadEntry, parse_beat_schedule
-from durablebeat.engine import MIN_SLEEP, Engine
+from durablebeat.beat.codesync import BadEntry, parse_beat_schedule
+from durablebeat.beat.engine import MIN_SLEEP, Engine
+from durablebeat.beat.hooks import default_hooks
 from durablebeat.enums import RunState
-from durablebeat.hooks import default_hooks
 from durablebeat.models import Boot, Incident, MissedSlots, Run, Schedule
+from durablebeat.ops import health
 from tests.conftest import T0, RecordingPublisher
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,11 +13,11 @@ from django.core.management.base import CommandError
 from django.db import DatabaseError
 from django.test import override_settings
 
-from durablebeat import health
+from durablebeat.beat.claims import UNPUBLISHABLE
 from durablebeat.enums import RunState
-from durablebeat.ledger import UNPUBLISHABLE
 from durablebeat.management.commands.durablebeat import Command as DurablebeatCommand
 from durablebeat.models import Schedule
+from durablebeat.ops import health
 
 pytestmark = pytest.mark.django_db
 
@@ -374,7 +374,7 @@ def test_every_finding_at_once_each_with_its_documented_severity(
     make_run(starved, t0 - 20 * MIN, state=RunState.FAILED, finished_at=t0, detail=refused)
     broken = make_schedule("broken", every=60)
     Schedule.objects.filter(pk=broken.pk).update(error="every: bad")
-    from durablebeat import dberrors  # a beat met an error that recurs (R23)
+    from durablebeat.beat import dberrors
 
     dberrors.record("ProgrammingError: permission denied", stale.pk, t0 - MIN)
     without_beat = {f.code for f in health.findings(t0)}

@@ -19,9 +19,10 @@ from django_celery_beat.models import (
     SolarSchedule,
 )
 
-from durablebeat import importer, timing
+from durablebeat.core import timing
 from durablebeat.enums import Kind, Reason, Source
 from durablebeat.models import Run, Schedule
+from durablebeat.ops import importer
 
 pytestmark = pytest.mark.django_db
 

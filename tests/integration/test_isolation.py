@@ -13,9 +13,10 @@ import logging
 import pytest
 from django.db import DataError, OperationalError
 
-from durablebeat import engine as engine_module
-from durablebeat import ledger, policy, timing
-from durablebeat.engine import MIN_SLEEP
+from durablebeat.beat import batch_claim, boots, claims
+from durablebeat.beat import engine as engine_module
+from durablebeat.beat.engine import MIN_SLEEP
+from durablebeat.core import policy, timing
 from durablebeat.enums import RunState
 from durablebeat.models import Run, Schedule
 
@@ -23,6 +24,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 S = dt.timedelta(seconds=1)
 GOOD = ("good-1", "good-2", "good-3", "good-4")
+
+#: every route a batch is claimed by: set-based (per vendor) and one slot at a time
+CLAIM_PATHS = ((batch_claim, "claim_many"), (batch_claim, "claim_many_pg"), (claims, "_claim_one"))
 
 
 class Weird(Exception):
@@ -123,8 +127,8 @@ def test_a_row_whose_claim_raises_anything_is_set_aside_and_the_batch_fires(
 
         return claim
 
-    for name in ("_claim_many", "_claim_many_pg", "_claim_one"):
-        monkeypatch.setattr(ledger, name, breaking(getattr(ledger, name)))
+    for module, name in CLAIM_PATHS:
+        monkeypatch.setattr(module, name, breaking(getattr(module, name)))
     make_engine().tick(t0)
     _assert_set_aside_and_the_rest_fired(publisher, t0, type(exc).__name__)
 
@@ -139,8 +143,8 @@ def test_a_database_outage_at_the_claim_keeps_its_meaning(
     def down(*args, **kwargs):
         raise OperationalError("server closed the connection unexpectedly")
 
-    for name in ("_claim_many", "_claim_many_pg", "_claim_one"):
-        monkeypatch.setattr(ledger, name, down)
+    for module, name in CLAIM_PATHS:
+        monkeypatch.setattr(module, name, down)
     engine = make_engine()
     engine.tick(t0)
     assert not engine.db_ok
@@ -303,7 +307,7 @@ def test_an_expiry_the_broker_client_refuses_fails_its_slot_on_the_real_broker(b
     that message; its four neighbours in the same batch are published at once."""
     import json
 
-    from durablebeat import clock
+    from durablebeat.core import clock
     from durablebeat.schedulers import DurableScheduler
     from project.celery import app
 
@@ -408,11 +412,11 @@ def _down(monkeypatch):
     def down(*args, **kwargs):
         raise OperationalError("could not connect to server")
 
-    monkeypatch.setattr(ledger, "register_boot", down)
+    monkeypatch.setattr(boots, "register_boot", down)
 
 
 def _entry(name: str, every: dt.timedelta):
-    from durablebeat.codesync import parse_beat_schedule
+    from durablebeat.beat.codesync import parse_beat_schedule
 
     entry = parse_beat_schedule(
         {name: {"task": "tests.e2eapp.tasks.record", "schedule": 60}}, "UTC"
@@ -425,7 +429,7 @@ def test_a_sub_second_code_interval_fires_from_memory_at_a_bounded_rate(
 ):
     """While the database is down, a 10 ms code interval fires at most once a second, not
     a hundred times, and the drop is logged as one event."""
-    from durablebeat.engine import MEMORY_MIN_GAP, Engine
+    from durablebeat.beat.engine import MEMORY_MIN_GAP, Engine
 
     _down(monkeypatch)
     engine = Engine(code_entries=[_entry("fast", dt.timedelta(milliseconds=10))], publish=publisher)
@@ -444,7 +448,7 @@ def test_a_sub_second_code_interval_fires_from_memory_at_a_bounded_rate(
 
 
 def test_the_outage_memory_is_bounded_and_says_when_it_drops(publisher, t0, monkeypatch, caplog):
-    from durablebeat.engine import Engine
+    from durablebeat.beat.engine import Engine
 
     monkeypatch.setattr(engine_module, "MAX_OUTAGE_FIRES", 5)
     _down(monkeypatch)
@@ -508,7 +512,7 @@ def test_a_policy_duration_out_of_range_in_the_row_sets_it_aside_before_any_clai
 def test_a_started_run_with_a_limit_that_is_no_number_of_seconds_never_stops_the_reclaim(
     make_schedule, make_run, t0, limit
 ):
-    from durablebeat import reclaim
+    from durablebeat.worker import reclaim
 
     job = make_schedule("job", every=60, next_fire_at=t0)
     odd = make_run(job, t0 - 60 * S, state=RunState.STARTED, started_at=t0 - 3000 * S)

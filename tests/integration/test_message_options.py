@@ -19,13 +19,17 @@ import pytest
 from django.core.exceptions import ValidationError
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from durablebeat import importer, ledger, publishing, reclaim, tracking
-from durablebeat.backlog import Backlog
-from durablebeat.codesync import REFUSED_OPTIONS, BadEntry, parse_beat_schedule, sync
+from durablebeat.beat import publishing
+from durablebeat.beat.claims import claim_manual
+from durablebeat.beat.codesync import REFUSED_OPTIONS, BadEntry, parse_beat_schedule, sync
+from durablebeat.beat.due import Message
 from durablebeat.enums import RunState
 from durablebeat.forms import ScheduleForm
 from durablebeat.models import MESSAGE_OPTIONS, Run, Schedule, WorkerHeartbeat
+from durablebeat.ops import importer
 from durablebeat.validation import MAX_TIME_LIMIT
+from durablebeat.worker import reclaim, tracking
+from durablebeat.worker.backlog import Backlog
 from project.celery import app
 
 pytestmark = pytest.mark.django_db
@@ -77,7 +81,7 @@ def refusal(**options) -> str:
 
 def publish(row: Schedule) -> mock.Mock:
     """The fire's message as Celery builds it, published into a recording producer."""
-    claim = ledger.claim_manual(row, None, dt.datetime.now(dt.UTC))
+    claim = claim_manual(row, None, dt.datetime.now(dt.UTC))
     producer = mock.MagicMock()
     publishing.send(app, claim, producer)
     producer.publish.assert_called_once()
@@ -121,7 +125,7 @@ def test_every_option_celery_beat_passes_is_stored_and_carried_by_the_fire(t0):
 def test_options_left_out_pass_nothing_so_the_tasks_own_defaults_apply(make_schedule):
     """An empty field is not "0" or "no": Celery's beat would not have passed it either."""
     row = make_schedule("plain", every=60)
-    assert ledger.Message.for_row(row).options == {"headers": {}}
+    assert Message.for_row(row).options == {"headers": {}}
     headers = publish(row).kwargs["headers"]
     assert headers["timelimit"] == [None, None]
     assert headers["ignore_result"] is None  # the worker applies the task's own setting
@@ -129,7 +133,7 @@ def test_options_left_out_pass_nothing_so_the_tasks_own_defaults_apply(make_sche
 
 def test_ignore_result_false_is_carried_as_given(make_schedule):
     row = make_schedule("kept", every=60, ignore_result=False)
-    assert ledger.Message.for_row(row).options["ignore_result"] is False
+    assert Message.for_row(row).options["ignore_result"] is False
 
 
 def test_a_code_change_of_an_option_rewrites_the_row_at_boot(t0):

@@ -8,9 +8,9 @@ import pytest
 from django.db import DatabaseError
 from django.test import override_settings
 
-from durablebeat import metrics
 from durablebeat.enums import Reason, RunState
 from durablebeat.models import Schedule
+from durablebeat.ops import metrics
 
 prometheus_parser = pytest.importorskip("prometheus_client.parser")
 

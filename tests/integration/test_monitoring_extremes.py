@@ -21,9 +21,9 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.test import override_settings
 
-from durablebeat import health, metrics, report
 from durablebeat.enums import Reason, RunState
 from durablebeat.models import Boot, Incident, MissedSlots, Run, Schedule, WorkerHeartbeat
+from durablebeat.ops import health, metrics, report, status, words
 
 pytestmark = pytest.mark.django_db
 
@@ -202,7 +202,7 @@ def names() -> list[str]:
 
 
 def one_line(text: str) -> str:
-    return report.one_line(text)
+    return words.one_line(text)
 
 
 # --- check --------------------------------------------------------------------------------
@@ -238,7 +238,7 @@ def test_check_command_exits_0_1_or_2_never_a_traceback(extreme):
 
 @pytest.mark.parametrize("span", [48 * H, dt.timedelta(days=3_000_000)])
 def test_report_renders(extreme, t0, span):
-    since = report.window_start(t0, span)
+    since = words.window_start(t0, span)
     built = report.build_report(since, t0)
     text = report.format_report(built)
     assert text.startswith("durablebeat report:")
@@ -256,7 +256,7 @@ def test_report_and_status_commands(extreme):
 
 
 def test_status_shows_every_row_on_its_own_line(extreme, t0):
-    text = report.format_status(t0)
+    text = status.format_status(t0)
     lines = text.splitlines()
     for name in names():
         assert any(line.startswith(one_line(name)) for line in lines), name
@@ -381,7 +381,7 @@ def test_a_run_drill_down_past_the_last_year_is_a_bad_lookup_not_a_500(admin_cli
 
 
 def test_an_interval_longer_than_the_calendar_has_no_no_success_bound(t0):
-    from durablebeat import timing
+    from durablebeat.core import timing
 
     assert health.no_success_bound(timing.Interval(dt.timedelta.max), t0, 3) is None
     assert health.no_success_bound(timing.Interval(H), t0, 3) == t0 - 3 * H + S / 1_000_000

@@ -11,9 +11,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from durablebeat import report
 from durablebeat.enums import Reason, RunState
 from durablebeat.models import MissedSlots, Run, Schedule
+from durablebeat.ops import report, words
 
 pytestmark = pytest.mark.django_db
 
@@ -46,13 +46,13 @@ def command(*args):
     ],
 )
 def test_parse_duration(text, seconds):
-    assert report.parse_duration(text) == dt.timedelta(seconds=seconds)
+    assert words.parse_duration(text) == dt.timedelta(seconds=seconds)
 
 
 @pytest.mark.parametrize("text", ["", "48x", "h", "48h tomorrow", "-5m"])
 def test_parse_duration_refuses_nonsense(text):
     with pytest.raises(ValueError, match="not a duration"):
-        report.parse_duration(text)
+        words.parse_duration(text)
 
 
 def test_fires_are_counted_per_boot_and_reason(make_schedule, make_boot, make_run, t0):

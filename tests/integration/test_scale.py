@@ -17,9 +17,12 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from durablebeat import ledger, notify
+from durablebeat.beat import notify
+from durablebeat.beat.boots import register_boot
+from durablebeat.beat.claims import claim
+from durablebeat.beat.due import Message, due_from_row, fetch_due
+from durablebeat.core.policy import Fire, decide
 from durablebeat.models import Run, Schedule
-from durablebeat.policy import Fire, decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -75,7 +78,7 @@ def test_a_burst_a_few_seconds_ahead_is_slept_until_not_polled(
 ):
     """More slots due in 3 s than one batch holds: beat sleeps until they are due instead of
     re-reading them in a loop (and does not take them for a backlog)."""
-    from durablebeat.engine import FIRST_BATCH
+    from durablebeat.beat.engine import FIRST_BATCH
 
     settings.DURABLEBEAT_MAX_INTERVAL = 5
     _many(FIRST_BATCH + 10, t0 + 3 * S)
@@ -117,11 +120,11 @@ def test_a_batch_keeps_firing_when_one_slot_already_has_a_run(make_engine, publi
 
 def _fires(now: dt.datetime) -> list:
     fires = []
-    for row in ledger.fetch_due(now, now, 1000):
-        due = ledger.due_from_row(row)
+    for row in fetch_due(now, now, 1000):
+        due = due_from_row(row)
         action = decide(due, now, dt.timedelta(seconds=10), False)
         assert isinstance(action, Fire)
-        fires.append((due, action, ledger.Message.for_row(row)))
+        fires.append((due, action, Message.for_row(row)))
     return fires
 
 
@@ -132,9 +135,9 @@ def test_a_beat_claiming_a_batch_read_before_another_claimed_it_gets_nothing(t0)
     stale = _fires(t0)
     boots = [uuid.uuid4(), uuid.uuid4()]
     for boot in boots:
-        ledger.register_boot(boot, "host", 1, t0)
-    first = ledger.claim(stale, boots[0], t0)
-    second = ledger.claim(stale, boots[1], t0 + S)
+        register_boot(boot, "host", 1, t0)
+    first = claim(stale, boots[0], t0)
+    second = claim(stale, boots[1], t0 + S)
     assert len(first) == 60
     assert second == []
     assert Run.objects.count() == 60
@@ -184,7 +187,7 @@ def test_an_idle_tick_is_two_probes_of_the_due_index(make_engine, t0):
     control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE")
     selects = [q["sql"] for q in queries if not q["sql"].startswith(control)]
     assert len(selects) == 2, selects
-    # No OR: PostgreSQL would answer it with a bitmap scan (see ledger.fetch_due).
+    # No OR: PostgreSQL would answer it with a bitmap scan (see fetch_due).
     assert all("durablebeat_schedule" in sql and " OR " not in sql for sql in selects)
 
 
@@ -341,8 +344,8 @@ def test_a_burst_goes_to_the_broker_in_batches_each_slot_once(broker, flushes):
     """A burst is published PUBLISH_GROUP messages per Redis round trip (kombu's publish
     batch), only after its claims committed (R3), each slot once (R4): a first batch of
     FIRST_BATCH claims, then full ones."""
-    from durablebeat import clock
-    from durablebeat.engine import FIRST_BATCH, PUBLISH_GROUP
+    from durablebeat.beat.engine import FIRST_BATCH, PUBLISH_GROUP
+    from durablebeat.core import clock
     from durablebeat.schedulers import DurableScheduler
     from project.celery import app
 
@@ -367,8 +370,8 @@ def test_a_batch_the_broker_did_not_take_is_retried_not_dropped(broker, flushes)
     stay claimed, and the retry sends each slot once."""
     import redis
 
-    from durablebeat import clock
-    from durablebeat.engine import FIRST_BATCH
+    from durablebeat.beat.engine import FIRST_BATCH
+    from durablebeat.core import clock
     from durablebeat.schedulers import DurableScheduler
     from project.celery import app
 

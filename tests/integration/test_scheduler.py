@@ -44,7 +44,7 @@ def test_a_broker_down_at_the_first_publish_does_not_hold_the_beat_loop(make_sch
     from celery import Celery
     from django.db import connections
 
-    from durablebeat import clock
+    from durablebeat.core import clock
     from durablebeat.enums import RunState
     from durablebeat.models import Run
 
@@ -129,7 +129,7 @@ def test_a_plain_crontab_reads_in_the_zone_celerys_own_beat_uses(settings, conf,
     CELERY_TIMEZONE, Celery reads a plain crontab in UTC, not in Django's TIME_ZONE."""
     from celery import Celery
 
-    from durablebeat.codesync import celery_timezone, parse_beat_schedule
+    from durablebeat.beat.codesync import celery_timezone, parse_beat_schedule
 
     settings.TIME_ZONE = "Europe/Berlin"
     other = Celery("tz-probe", set_as_current=False)

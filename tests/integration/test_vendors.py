@@ -16,9 +16,12 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from durablebeat import ledger
+from durablebeat.beat.batch_claim import claim_many
+from durablebeat.beat.boots import register_boot
+from durablebeat.beat.claims import claim
+from durablebeat.beat.due import Message, due_from_row, fetch_due
+from durablebeat.core.policy import Fire, decide
 from durablebeat.models import Run, Schedule
-from durablebeat.policy import Fire, decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,11 +45,11 @@ def _many(n: int, due_at: dt.datetime) -> list[int]:
 
 def _fires(now: dt.datetime) -> list[tuple]:
     fires = []
-    for row in ledger.fetch_due(now, now, 1000):
-        due = ledger.due_from_row(row)
+    for row in fetch_due(now, now, 1000):
+        due = due_from_row(row)
         action = decide(due, now, dt.timedelta(seconds=10), False)
         assert isinstance(action, Fire)
-        fires.append((due, action, ledger.Message.for_row(row)))
+        fires.append((due, action, Message.for_row(row)))
     return fires
 
 
@@ -66,7 +69,7 @@ def test_the_due_query_asks_only_for_the_locking_the_server_has(t0):
         pytest.skip("SQLite locks no rows")
     _many(3, t0)
     with transaction.atomic(), CaptureQueriesContext(connection) as queries:
-        assert len(ledger.fetch_due(t0, t0 + S, 10, lock=True)) == 3
+        assert len(fetch_due(t0, t0 + S, 10, lock=True)) == 3
     sql = " ".join(q["sql"] for q in queries)
     assert "SKIP LOCKED" in sql
     assert ("FOR UPDATE OF" in sql) == connection.features.has_select_for_update_of
@@ -85,7 +88,7 @@ def test_a_second_beat_takes_the_due_rows_the_first_does_not_hold(t0):
     def hold() -> None:
         try:
             with transaction.atomic():
-                first.extend(r.pk for r in ledger.fetch_due(t0, t0 + S, 4, lock=True))
+                first.extend(r.pk for r in fetch_due(t0, t0 + S, 4, lock=True))
                 held.set()
                 done.wait(20)
         finally:
@@ -97,7 +100,7 @@ def test_a_second_beat_takes_the_due_rows_the_first_does_not_hold(t0):
         assert held.wait(10)
         _lock_wait_at_most(3)
         with transaction.atomic():
-            second = [r.pk for r in ledger.fetch_due(t0, t0 + S, 4, lock=True)]
+            second = [r.pk for r in fetch_due(t0, t0 + S, 4, lock=True)]
     finally:
         done.set()
         holder.join(20)
@@ -114,9 +117,9 @@ def test_a_stale_batch_is_claimed_by_one_beat_only_on_every_vendor(t0):
     Schedule.objects.filter(pk=ids[3]).update(next_fire_at=t0 + dt.timedelta(hours=2))
     boots = [uuid.uuid4(), uuid.uuid4()]
     for boot in boots:
-        ledger.register_boot(boot, "host", 1, t0)
-    first = ledger.claim(stale, boots[0], t0 + S)
-    assert ledger.claim(stale, boots[1], t0 + 2 * S) == []
+        register_boot(boot, "host", 1, t0)
+    first = claim(stale, boots[0], t0 + S)
+    assert claim(stale, boots[1], t0 + 2 * S) == []
     assert len(first) == 19
     assert ids[3] not in {c.schedule_id for c in first}
     assert Schedule.objects.get(pk=ids[3]).next_fire_at == t0 + dt.timedelta(hours=2)
@@ -131,11 +134,11 @@ def test_claims_carry_their_run_ids_where_a_bulk_insert_returns_none(monkeypatch
     _many(5, t0)
     pairs = [(d, f) for d, f, _ in _fires(t0 + S)]
     boot = uuid.uuid4()
-    ledger.register_boot(boot, "host", 1, t0)
+    register_boot(boot, "host", 1, t0)
     features = type(connection.features)  # a property on some backends' class
     monkeypatch.setattr(features, "can_return_rows_from_bulk_insert", False)
     with transaction.atomic():
-        won = ledger._claim_many(pairs, boot, t0 + S)
+        won = claim_many(pairs, boot, t0 + S)
     runs = dict(Run.objects.values_list("schedule_id", "pk"))
     assert len(won) == 5
     assert {sid: run_id for sid, (run_id, _) in won.items()} == runs

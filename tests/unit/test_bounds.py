@@ -14,7 +14,7 @@ from django.core import checks
 from durablebeat import checks as db_checks
 from durablebeat import conf
 from durablebeat import validation as v
-from durablebeat.codesync import BadEntry, parse_entry
+from durablebeat.beat.codesync import BadEntry, parse_entry
 from durablebeat.models import Schedule
 
 S = dt.timedelta(seconds=1)

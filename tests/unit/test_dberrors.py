@@ -17,8 +17,8 @@ import pytest
 from django.db import DatabaseError, InterfaceError, NotSupportedError, OperationalError
 from django.db.utils import DatabaseErrorWrapper
 
-from durablebeat import dberrors
-from durablebeat.dberrors import is_passing, is_unreachable, will_recur
+from durablebeat.beat import dberrors
+from durablebeat.beat.dberrors import is_passing, is_unreachable, will_recur
 
 
 def _through_django(cause: Exception, driver) -> DatabaseError:

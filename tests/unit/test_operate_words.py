@@ -7,8 +7,9 @@ import datetime as dt
 
 import pytest
 
-from durablebeat import health, report, timing
+from durablebeat.core import timing
 from durablebeat.models import Schedule
+from durablebeat.ops import health, report, words
 
 T0 = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
 S = dt.timedelta(seconds=1)
@@ -18,7 +19,7 @@ DAY = dt.timedelta(days=1)
 
 
 @pytest.mark.parametrize(
-    ("delta", "words"),
+    ("delta", "said"),
     [
         (45 * S, "45 s"),
         (4 * MIN + 59 * S, "4 min"),
@@ -28,8 +29,8 @@ DAY = dt.timedelta(days=1)
         (-(3 * H), "3 h"),
     ],
 )
-def test_duration_words(delta, words):
-    assert report.duration_words(delta) == words
+def test_duration_words(delta, said):
+    assert words.duration_words(delta) == said
 
 
 def row(**fields):
@@ -41,7 +42,7 @@ def row(**fields):
 
 
 @pytest.mark.parametrize(
-    ("fields", "words"),
+    ("fields", "said"),
     [
         ({"next_fire_at": T0 + 4 * MIN}, "in 4 min"),
         ({"next_fire_at": T0 - 3 * S}, "due now"),
@@ -51,12 +52,12 @@ def row(**fields):
         ({"next_fire_at": T0 - 3 * H, "error": "minute: bad"}, "bad row: not firing"),
     ],
 )
-def test_next_fire_in_words(fields, words):
-    assert report.next_fire_words(row(**fields), T0) == words
+def test_next_fire_in_words(fields, said):
+    assert words.next_fire_words(row(**fields), T0) == said
 
 
 def test_schedule_in_words_says_why_a_row_is_invalid():
-    assert report.schedule_words(row(every=None)).startswith("invalid: ")
+    assert words.schedule_words(row(every=None)).startswith("invalid: ")
 
 
 def test_interval_allowance_counts_both_ends_of_the_window():

@@ -6,9 +6,9 @@ import datetime as dt
 
 import pytest
 
-from durablebeat import timing
+from durablebeat.core import timing
+from durablebeat.core.policy import Defer, Due, Fire, Miss, decide
 from durablebeat.enums import Reason
-from durablebeat.policy import Defer, Due, Fire, Miss, decide
 
 T0 = dt.datetime(2026, 3, 2, 8, 0, tzinfo=dt.UTC)
 S = dt.timedelta(seconds=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from durablebeat.policy import StartedRun, reclaim_reason
+from durablebeat.core.policy import StartedRun, reclaim_reason
 
 T0 = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
 S = dt.timedelta(seconds=1)

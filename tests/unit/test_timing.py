@@ -21,8 +21,8 @@ from django_celery_beat.tzcrontab import TzAwareCrontab
 from hypothesis import example, given, reject, settings
 from hypothesis import strategies as st
 
-from durablebeat import timing
-from durablebeat.timing import Clocked, Crontab, Interval, InvalidSchedule
+from durablebeat.core import timing
+from durablebeat.core.timing import Clocked, Crontab, Interval, InvalidSchedule
 
 from . import timing_reference as reference
 

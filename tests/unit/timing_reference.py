@@ -1,4 +1,4 @@
-"""A brute-force crontab oracle for the property tests of ``durablebeat.timing``.
+"""A brute-force crontab oracle for the property tests of ``durablebeat.core.timing``.
 
 Deliberately slow and independent: its own field expander (the syntax subset the strategies
 generate: ``*``, ``n``, ``a-b`` wrapping like Celery's when ``a > b``, ``*/s``, ``a-b/s`` and

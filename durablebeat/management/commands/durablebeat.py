@@ -11,12 +11,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from durablebeat import clock, health, importer, report
+from ...core import clock
+from ...ops import health, importer, report, status, words
 
 
 def _duration(text: str) -> Any:
     try:
-        return report.parse_duration(text)
+        return words.parse_duration(text)
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
 
@@ -83,14 +84,14 @@ class Command(BaseCommand):
 
     def report(self, options: dict[str, Any]) -> None:
         now = clock.now()
-        built = report.build_report(report.window_start(now, _duration(options["since"])), now)
+        built = report.build_report(words.window_start(now, _duration(options["since"])), now)
         if options["json"]:
             self.stdout.write(json.dumps(built.as_dict(), indent=2))
         else:
             self.stdout.write(report.format_report(built))
 
     def status(self, options: dict[str, Any]) -> None:
-        self.stdout.write(report.format_status(clock.now()))
+        self.stdout.write(status.format_status(clock.now()))
 
     def import_(self, options: dict[str, Any]) -> None:
         try:

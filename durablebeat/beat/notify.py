@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db import connection
 
-from . import conf
+from .. import conf
 
 logger = logging.getLogger("durablebeat")
 

@@ -21,15 +21,22 @@ from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connection, transaction
 
-from . import clock, conf, dberrors, ledger, notify, publishing, recovery, timing
+from .. import conf
+from ..core import clock, timing
+from ..core.policy import Defer, Due, Fire, Miss, decide
+from ..enums import Reason
+from . import boots, dberrors, notify, publishing, recovery
+from . import due as due_query
+from .claims import apply_defer, apply_miss, mark_published, mark_unpublishable
+from .claims import claim as claim_batch
 from .codesync import CodeEntry
 from .codesync import sync as sync_code
-from .enums import Reason
-from .policy import Defer, Due, Fire, Miss, decide
+from .due import Claim, Message, due_from_row, is_row_error, set_aside
+from .outage import reconcile_outage_fire
 
 logger = logging.getLogger("durablebeat")
 
-Publisher = Callable[[ledger.Claim], None]
+Publisher = Callable[[Claim], None]
 #: a context in which publishes are buffered and sent together on a clean exit (kombu's
 #: ``Producer.batch``); its exit raises when the buffered messages could not be sent
 PublishBatch = Callable[[], contextlib.AbstractContextManager[Any]]
@@ -136,7 +143,7 @@ class Engine:
     def close(self, now: dt.datetime) -> None:
         if self.db_ok:
             try:
-                ledger.stop_boot(self.boot_id, now)
+                boots.stop_boot(self.boot_id, now)
             except DatabaseError:
                 logger.warning("could not record beat stop", exc_info=True)
 
@@ -149,10 +156,10 @@ class Engine:
             connection.ensure_connection()
             dberrors.refuse_unsupported()  # R23: a backend durablebeat cannot use stops the boot
             notify.mark_beat_session()  # this beat's own writes wake no beat
-            ledger.register_boot(self.boot_id, self.hostname, self.pid, now)
+            boots.register_boot(self.boot_id, self.hostname, self.pid, now)
             sync_code(self.code_entries, now)
             self._reconcile_outage(now)
-            ledger.probe_due(now)
+            due_query.probe_due(now)
         except DatabaseError as exc:
             connection.close()
             if dberrors.will_recur(exc):  # R23: not an outage
@@ -201,8 +208,8 @@ class Engine:
     def _tick_db(self, now: dt.datetime) -> float:
         s = conf.settings
         if self._last_heartbeat is None or now - self._last_heartbeat >= s.HEARTBEAT_INTERVAL:
-            if not ledger.heartbeat(self.boot_id, now):
-                ledger.register_boot(self.boot_id, self.hostname, self.pid, now)
+            if not boots.heartbeat(self.boot_id, now):
+                boots.register_boot(self.boot_id, self.hostname, self.pid, now)
             self._last_heartbeat = now
             self._refresh_plan()
         if self.retries:
@@ -215,17 +222,17 @@ class Engine:
         # goes on in full ones.
         limit = s.BATCH_SIZE if self._backlog_since is not None else min(s.BATCH_SIZE, FIRST_BATCH)
         limit = max(1, limit)
-        fires: list[tuple[Due, Fire, ledger.Message]] = []
-        claims: list[ledger.Claim] = []
+        fires: list[tuple[Due, Fire, Message]] = []
+        claims: list[Claim] = []
         try:
             # One transaction per batch: the due rows are read (and, on PostgreSQL, locked:
             # another beat takes the next batch), decided, and the whole batch claimed.
             with transaction.atomic():
-                rows = ledger.fetch_due(now, horizon, limit, lock=True)
+                rows = due_query.fetch_due(now, horizon, limit, lock=True)
                 wake = self._decide(rows, now, fires)
                 if fires:
                     bad: list[tuple[Due, Exception]] = []
-                    claims = ledger.claim(fires, self.boot_id, now, bad=bad)
+                    claims = claim_batch(fires, self.boot_id, now, bad=bad)
                     for due, exc in bad:  # R21: set aside, the rest of the batch is claimed
                         self._bad_row(due.id, due.name, _describe(exc))
         except DatabaseError as exc:
@@ -257,7 +264,7 @@ class Engine:
         try:
             hook(self, now)
         except Exception as exc:
-            if not ledger.is_row_error(exc):
+            if not is_row_error(exc):
                 raise
             logger.exception(
                 "beat hook %s failed: %s",
@@ -270,7 +277,7 @@ class Engine:
         self,
         rows: list[Any],
         now: dt.datetime,
-        fires: list[tuple[Due, Fire, ledger.Message]],
+        fires: list[tuple[Due, Fire, Message]],
     ) -> dt.datetime | None:
         """Sort the batch: what fires now goes into ``fires``; defers and misses are written
         at once. Returns the earliest next fire seen, to sleep until.
@@ -290,8 +297,8 @@ class Engine:
                 if row.next_fire_at is not None and row.next_fire_at > now:
                     wake = row.next_fire_at if wake is None else min(wake, row.next_fire_at)
                     continue
-                due = ledger.due_from_row(row)
-                message = ledger.Message.for_row(row)
+                due = due_from_row(row)
+                message = Message.for_row(row)
                 action = decide(due, now, late_after, due.id in self.caught_up)
                 _check_moves_on(action, now)
                 if isinstance(action, Fire):
@@ -299,24 +306,24 @@ class Engine:
                     continue
                 with transaction.atomic():  # a savepoint: a refused write spoils no batch
                     if isinstance(action, Defer):
-                        if ledger.apply_defer(due, action) and action.next_fire_at is not None:
+                        if apply_defer(due, action) and action.next_fire_at is not None:
                             nxt = action.next_fire_at
                             wake = nxt if wake is None else min(wake, nxt)
                     else:
-                        ledger.apply_miss(due, action, self.boot_id, now)
+                        apply_miss(due, action, self.boot_id, now)
             except Exception as exc:
-                if not ledger.is_row_error(exc):
+                if not is_row_error(exc):
                     raise
                 self._bad_row(row.pk, row.name, _describe(exc))
         return wake
 
     def _fire_unclaimed(
-        self, fires: list[tuple[Due, Fire, ledger.Message]], now: dt.datetime, exc: Exception
+        self, fires: list[tuple[Due, Fire, Message]], now: dt.datetime, exc: Exception
     ) -> None:
         """R5: the database failed at the claim: publish anyway, write the ledger later."""
         self._lost_db(now, exc)
         for due, fire, message in fires:
-            claim = ledger.Claim(
+            claim = Claim(
                 None,
                 str(uuid.uuid4()),
                 due.id,
@@ -343,8 +350,8 @@ class Engine:
 
     def _publish(
         self,
-        fires: list[tuple[Due, Fire, ledger.Message]],
-        claims: list[ledger.Claim],
+        fires: list[tuple[Due, Fire, Message]],
+        claims: list[Claim],
         now: dt.datetime,
     ) -> None:
         """Publish what was claimed, after commit (R3), ``PUBLISH_GROUP`` claims per broker
@@ -359,11 +366,11 @@ class Engine:
             if planned is not None:
                 planned.next_fire_at = by_id[claim.schedule_id or 0][1].next_fire_at
         published: list[int] = []
-        refused: list[tuple[ledger.Claim, str]] = []
+        refused: list[tuple[Claim, str]] = []
         outage: str | None = None
         for start in range(0, len(claims), PUBLISH_GROUP):
             group = claims[start : start + PUBLISH_GROUP]
-            sent: list[ledger.Claim] = []
+            sent: list[Claim] = []
             if outage is None:
                 sent, refused_here, outage = self._send_group(group)
                 refused += refused_here
@@ -382,20 +389,20 @@ class Engine:
                 self._log_fire(claim)
                 if claim.run_id is not None:
                     published.append(claim.run_id)
-        ledger.mark_published(published, now)
+        mark_published(published, now)
         self.unpublishable(refused, now)
 
     def _send_group(
-        self, group: list[ledger.Claim]
-    ) -> tuple[list[ledger.Claim], list[tuple[ledger.Claim, str]], str | None]:
+        self, group: list[Claim]
+    ) -> tuple[list[Claim], list[tuple[Claim, str]], str | None]:
         """Send claims in one batch. Returns those sent, those refused for their own content
         (with why), and the outage error that stopped the rest (None: no outage).
 
         A batch whose send failed for the broker's sake counts as not sent: it is retried
         (kombu cannot say which of its messages the broker took). One whose send failed
         for any other reason is sent again one by one, to find the message at fault."""
-        sent: list[ledger.Claim] = []
-        refused: list[tuple[ledger.Claim, str]] = []
+        sent: list[Claim] = []
+        refused: list[tuple[Claim, str]] = []
         try:
             with self.publish_batch():
                 for claim in group:
@@ -421,9 +428,9 @@ class Engine:
         return sent, refused, None
 
     def _send_one_by_one(
-        self, claims: list[ledger.Claim], refused: list[tuple[ledger.Claim, str]]
-    ) -> tuple[list[ledger.Claim], list[tuple[ledger.Claim, str]], str | None]:
-        sent: list[ledger.Claim] = []
+        self, claims: list[Claim], refused: list[tuple[Claim, str]]
+    ) -> tuple[list[Claim], list[tuple[Claim, str]], str | None]:
+        sent: list[Claim] = []
         for claim in claims:
             r = self._send(claim)
             if r is None:
@@ -434,7 +441,7 @@ class Engine:
                 refused.append((claim, r.error))
         return sent, refused, None
 
-    def unpublishable(self, refused: list[tuple[ledger.Claim, str]], now: dt.datetime) -> None:
+    def unpublishable(self, refused: list[tuple[Claim, str]], now: dt.datetime) -> None:
         """R21: claims whose message the broker client refused for its own content: each
         run fails with why (run history, admin, ``check``); the slot is not retried."""
         by_error: dict[str, list[int]] = {}
@@ -449,16 +456,16 @@ class Engine:
             if claim.run_id is not None:
                 by_error.setdefault(error, []).append(claim.run_id)
         for error, run_ids in by_error.items():
-            ledger.mark_unpublishable(run_ids, error, now)
+            mark_unpublishable(run_ids, error, now)
 
-    def try_publish(self, claim: ledger.Claim, now: dt.datetime) -> Refused | None:
+    def try_publish(self, claim: Claim, now: dt.datetime) -> Refused | None:
         """Publish one claim; why it did not go out, or None when it went out."""
         refused = self._send(claim)
         if refused is None:
             self._log_fire(claim)
         return refused
 
-    def _send(self, claim: ledger.Claim) -> Refused | None:
+    def _send(self, claim: Claim) -> Refused | None:
         try:
             self.publish(claim)
         except Exception as exc:  # the broker's errors are many; beat must not die of any
@@ -477,7 +484,7 @@ class Engine:
         return isinstance(exc, self.broker_errors)
 
     @staticmethod
-    def _log_fire(claim: ledger.Claim) -> None:
+    def _log_fire(claim: Claim) -> None:
         logger.info(
             "fire schedule=%s slot=%s reason=%s boot=%s task_id=%s",
             claim.schedule,
@@ -507,9 +514,9 @@ class Engine:
             )
         try:
             with transaction.atomic():
-                ledger.set_aside(schedule_id, message)
+                set_aside(schedule_id, message)
         except Exception as exc:
-            if not ledger.is_row_error(exc):
+            if not is_row_error(exc):
                 raise
             logger.exception(
                 "could not set schedule %s aside: %s",
@@ -521,7 +528,7 @@ class Engine:
     def _refresh_plan(self) -> None:
         """Keep the memory of code schedules close to the database, for an outage: a
         schedule disabled or set aside as bad there is not fired from memory either."""
-        from .models import Schedule
+        from ..models import Schedule
 
         stored = Schedule.objects.filter(name__in=list(self.plan)).values_list(
             "name", "next_fire_at", "next_fire_reason", "enabled", "error"
@@ -536,7 +543,7 @@ class Engine:
         while self.outage_fires:
             f = self.outage_fires[0]
             try:
-                ledger.reconcile_outage_fire(
+                reconcile_outage_fire(
                     f.schedule,
                     f.slot,
                     f.reason,
@@ -547,7 +554,7 @@ class Engine:
                     now,
                 )
             except Exception as exc:
-                if not ledger.is_row_error(exc):
+                if not is_row_error(exc):
                     raise
                 # R21: one fire the ledger refuses never holds the rest of the reconciliation.
                 logger.exception(
@@ -603,13 +610,13 @@ class Engine:
                 continue
             e = planned.entry
             try:
-                message = ledger.Message.for_entry(e)
+                message = Message.for_entry(e)
                 nxt = self._memory_next(e.spec, slot, now)
             except Exception as exc:  # R21: set aside in memory, the others keep firing
                 self._memory_bad(name, exc)
                 planned.next_fire_at = None
                 continue
-            claim = ledger.Claim(
+            claim = Claim(
                 None, str(uuid.uuid4()), None, name, slot, planned.reason, self.boot_id, message
             )
             published = self.try_publish(claim, now) is None

@@ -1,9 +1,9 @@
-"""``durablebeat report --since 48h`` (R18) and ``durablebeat status``: what fired, in words.
+"""``durablebeat report --since 48h`` (R18): what fired, in words.
 
 The report counts real fires (runs that went to the broker, not skipped or missed slots)
 per boot and per reason over a window, lists the boots with their times, and flags any
 schedule that fired more than 1.5x what its period allows in that window: the "daily job
-ran 43 times in a day" signature. ``status`` is the admin's schedule list for a terminal.
+ran 43 times in a day" signature.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import math
-import re
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -19,113 +18,15 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from . import conf, timing
-from .enums import Reason, RunState
-from .models import Boot, MissedSlots, Run, Schedule
+from ..core import timing
+from ..enums import Reason, RunState
+from ..models import Boot, MissedSlots, Run, Schedule
+from .words import absolute, duration_words, one_line
 
 #: a schedule is flagged when it fired more than this many times what its period allows
 OVERFIRE_RATIO = 1.5
 #: counting a crontab's slots in the window stops here (every second for 48 h is ~170k)
 MAX_SLOTS_COUNTED = 1_000_000
-
-_UNITS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(w|d|h|m|s)", re.IGNORECASE)
-
-
-# --- words for times ----------------------------------------------------------------------
-
-
-def parse_duration(text: str) -> dt.timedelta:
-    """``"48h"``, ``"2d"``, ``"1h30m"``, ``"90s"`` or a bare number of seconds."""
-    raw = text.strip()
-    if re.fullmatch(r"\d+(?:\.\d+)?", raw):
-        return dt.timedelta(seconds=float(raw))
-    parts = _DURATION.findall(raw)
-    if not parts or _DURATION.sub("", raw).strip():
-        raise ValueError(f"not a duration: {text!r} (use e.g. 48h, 2d, 1h30m, 90s)")
-    try:
-        return dt.timedelta(seconds=sum(float(n) * _UNITS[u.lower()] for n, u in parts))
-    except OverflowError:
-        raise ValueError(f"too long a duration: {text!r}") from None
-
-
-def window_start(until: dt.datetime, span: dt.timedelta) -> dt.datetime:
-    """``until - span``, or the first instant of the calendar when that is before it."""
-    try:
-        return until - span
-    except OverflowError:
-        return dt.datetime.min.replace(tzinfo=dt.UTC)
-
-
-def one_line(text: str) -> str:
-    """``text`` with its control characters escaped (``\\n``, ``\\x1b``...): what a row
-    holds never breaks a line of ``check`` or ``status``, nor forges one."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def duration_words(delta: dt.timedelta) -> str:
-    """A duration in one or two units: "45 s", "4 min", "3 h 5 min", "2 d 4 h"."""
-    seconds = abs(int(delta.total_seconds()))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, _ = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
-
-
-def relative(then: dt.datetime | None, now: dt.datetime, *, future: str = "in {}") -> str:
-    """ "in 4 min" / "3 h ago"; empty for None."""
-    if then is None:
-        return ""
-    words = duration_words(then - now)
-    return future.format(words) if then > now else f"{words} ago"
-
-
-def next_fire_words(row: Schedule, now: dt.datetime) -> str:
-    """The admin's and status's "next fire": "in 4 min", "due now", "overdue 3 h", "disabled".
-
-    A slot passed by less than ``LATE_AFTER`` is beat's next look (at most ``MAX_INTERVAL``
-    away), not a problem: it reads "due now".
-    """
-    if not row.enabled:
-        return "disabled"
-    if row.error:
-        return "bad row: not firing"
-    if row.next_fire_at is None:
-        return "beat computes it"
-    if row.next_fire_at >= now:
-        return f"in {duration_words(row.next_fire_at - now)}"
-    if now - row.next_fire_at <= conf.settings.LATE_AFTER:
-        return "due now"
-    return f"overdue {duration_words(now - row.next_fire_at)}"
-
-
-def absolute(value: dt.datetime | None) -> str:
-    if value is None:
-        return ""
-    try:
-        value = value.astimezone(dt.UTC)
-    except OverflowError:  # an edge of the calendar in another zone: say it as it is
-        return value.isoformat(sep=" ")
-    return f"{value.year:04d}{value:-%m-%d %H:%M:%S} UTC"
-
-
-def schedule_words(row: Schedule) -> str:
-    """The admin's "schedule in words"; a bad row says why instead."""
-    try:
-        return str(timing.describe(row.to_spec()))
-    except Exception as exc:  # any: a page that lists rows must render every one (R21)
-        return f"invalid: {exc}"
-
-
-# --- the report ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -371,62 +272,3 @@ def format_report(report: Report) -> str:
     else:
         lines.append(f"no schedule fired more than {OVERFIRE_RATIO:g}x what its period allows")
     return "\n".join(one_line(line) for line in lines)  # names and hosts hold anything
-
-
-# --- status -------------------------------------------------------------------------------
-
-STATUS_COLUMNS = ("name", "schedule", "enabled", "next fire", "last completion", "outcome", "stuck")
-
-
-def _status_row(row: Schedule, now: dt.datetime) -> tuple[str, ...]:
-    next_fire = next_fire_words(row, now)
-    if row.enabled and row.next_fire_at is not None and not row.error:
-        next_fire += f" ({absolute(row.next_fire_at)})"
-    return (
-        row.name,
-        schedule_words(row),
-        "yes" if row.enabled else "no",
-        next_fire,
-        relative(row.last_completed_at, now) or "never",
-        row.last_outcome or "-",
-        f"for {duration_words(now - row.stuck_since)}" if row.stuck_since else "",
-    )
-
-
-def status_rows(now: dt.datetime) -> list[tuple[str, ...]]:
-    """One line per schedule, whatever it holds (R21): control characters are escaped, and a
-    row whose values cannot be put in words says so in its line."""
-    rows: list[tuple[str, ...]] = []
-    for row in Schedule.objects.order_by("name"):
-        try:
-            cells = _status_row(row, now)
-        except Exception as exc:
-            cells = (row.name, f"cannot show this row: {type(exc).__name__}: {exc}")
-            cells += ("",) * (len(STATUS_COLUMNS) - len(cells))
-        rows.append(tuple(one_line(str(c)) for c in cells))
-    return rows
-
-
-def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
-    lines = [
-        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        for r in (header, *rows)
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def format_status(now: dt.datetime) -> str:
-    from . import health
-
-    rows = status_rows(now)
-    table = format_table(STATUS_COLUMNS, rows) if rows else "no schedules"
-    boots = health.live_boots(now)
-    if boots:
-        beat = "beat alive: " + ", ".join(
-            f"{b.hostname}:{b.pid} (up {duration_words(now - b.started_at)})" for b in boots
-        )
-    else:
-        beat = "no beat alive"
-    return f"{table}\n\n{one_line(beat)}"

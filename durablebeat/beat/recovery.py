@@ -17,12 +17,15 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import clock, conf, ledger, timing
-from .enums import Reason
+from .. import conf
+from ..core import clock, timing
+from ..enums import Reason
+from .claims import in_doubt_runs, mark_missed, mark_published, take_over
+from .due import Claim, Message, is_row_error
 
 if TYPE_CHECKING:
+    from ..models import Run
     from .engine import Engine
-    from .models import Run
 
 logger = logging.getLogger("durablebeat")
 
@@ -34,7 +37,7 @@ IN_DOUBT_EVERY = dt.timedelta(seconds=30)
 
 @dataclass
 class PendingPublish:
-    claim: ledger.Claim
+    claim: Claim
     give_up_at: dt.datetime
     next_try: dt.datetime
     attempts: int = 1
@@ -50,9 +53,7 @@ class Retries:
     def __len__(self) -> int:
         return len(self.pending)
 
-    def add(
-        self, claim: ledger.Claim, give_up_at: dt.datetime, now: dt.datetime, error: str
-    ) -> None:
+    def add(self, claim: Claim, give_up_at: dt.datetime, now: dt.datetime, error: str) -> None:
         self.pending[claim.task_id] = PendingPublish(claim, give_up_at, now + FIRST_RETRY, 1, error)
 
     def next_wake(self) -> dt.datetime | None:
@@ -62,7 +63,7 @@ class Retries:
         """Try what is due; stop at the first outage (the broker is still down). A message
         refused for its own content fails its slot and the others are still tried (R21)."""
         published: list[int] = []
-        refused: list[tuple[ledger.Claim, str]] = []
+        refused: list[tuple[Claim, str]] = []
         for key, item in sorted(self.pending.items(), key=lambda kv: kv[1].claim.slot):
             if now >= item.give_up_at:
                 self._give_up(engine, item, now)
@@ -86,7 +87,7 @@ class Retries:
             for other in self.pending.values():  # one failure says the broker is down
                 other.next_try = max(other.next_try, item.next_try)
             break
-        ledger.mark_published(published, now)
+        mark_published(published, now)
         engine.unpublishable(refused, now)
 
     @staticmethod
@@ -95,7 +96,7 @@ class Retries:
             f"broker unreachable: not published after {item.attempts} attempts ({item.error})"
         )[:300]
         if item.claim.run_id is not None:
-            ledger.mark_missed([item.claim.run_id], detail, now)
+            mark_missed([item.claim.run_id], detail, now)
         logger.error(
             "missed schedule=%s slot=%s reason=%s",
             item.claim.schedule,
@@ -123,11 +124,11 @@ def resend_in_doubt(engine: Engine, now: dt.datetime) -> None:
     engine.in_doubt_looked_at = now
     s = conf.settings
     stale_before = now - s.HEARTBEAT_STALE_AFTER
-    for run in ledger.in_doubt_runs(engine.boot_id, stale_before):
+    for run in in_doubt_runs(engine.boot_id, stale_before):
         try:
             _settle_in_doubt(engine, run, now)
         except Exception as exc:  # R21: one run's values never stop the others
-            if not ledger.is_row_error(exc):
+            if not is_row_error(exc):
                 raise
             logger.error(
                 "in-doubt run %s of schedule %s could not be settled: %s: %s",
@@ -149,7 +150,7 @@ def _settle_in_doubt(engine: Engine, run: Run, now: dt.datetime) -> None:
     if not schedule.catch_up or now - run.slot > window:
         why = "housekeeping is not re-sent" if not schedule.catch_up else "older than its window"
         detail = f"in doubt: boot {old_boot} died before confirming the publish; {why}"
-        ledger.mark_missed([run.pk], detail[:300], now)
+        mark_missed([run.pk], detail[:300], now)
         logger.warning(
             "missed schedule=%s slot=%s reason=%s",
             schedule.name,
@@ -159,18 +160,18 @@ def _settle_in_doubt(engine: Engine, run: Run, now: dt.datetime) -> None:
         )
         return
     try:
-        message = ledger.Message.for_row(schedule)
+        message = Message.for_row(schedule)
     except Exception as exc:  # R21: whatever the row raises, it alone is set aside
-        if not ledger.is_row_error(exc):
+        if not is_row_error(exc):
             raise
         why = (
             str(exc) if isinstance(exc, timing.InvalidSchedule) else f"{type(exc).__name__}: {exc}"
         )
         engine._bad_row(schedule.pk, schedule.name, why)
         return  # settled once the row is fixed, inside its window
-    if not ledger.take_over(run.pk, old_boot, engine.boot_id):
+    if not take_over(run.pk, old_boot, engine.boot_id):
         return  # another beat took it
-    claim = ledger.Claim(
+    claim = Claim(
         run.pk,
         run.task_id or "",
         schedule.pk,
@@ -182,7 +183,7 @@ def _settle_in_doubt(engine: Engine, run: Run, now: dt.datetime) -> None:
     )
     failure = engine.try_publish(claim, now)
     if failure is None:
-        ledger.mark_published([run.pk], now)
+        mark_published([run.pk], now)
     elif not failure.outage:
         engine.unpublishable([(claim, failure.error)], now)
     else:

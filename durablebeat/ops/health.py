@@ -21,10 +21,12 @@ from django.db import DatabaseError
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.db.models.functions import Coalesce
 
-from . import conf, timing
-from .enums import Kind, RunState
-from .ledger import UNPUBLISHABLE
-from .models import TIMING_FIELDS, Boot, Run, Schedule
+from .. import conf
+from ..beat.claims import UNPUBLISHABLE
+from ..core import timing
+from ..enums import Kind, RunState
+from ..models import TIMING_FIELDS, Boot, Run, Schedule
+from .words import duration_words, one_line
 
 logger = logging.getLogger("durablebeat")
 
@@ -47,8 +49,6 @@ class Finding:
 
     def line(self) -> str:
         """One line, whatever a name or an error holds: a newline cannot forge a finding."""
-        from .report import one_line
-
         return one_line(f"{self.severity.name} {self.code}: {self.message}")
 
     def as_dict(self) -> dict[str, Any]:
@@ -57,8 +57,6 @@ class Finding:
 
 def ago(now: dt.datetime, then: dt.datetime) -> str:
     """``now - then`` in words, for messages: "3 h 5 min"."""
-    from .report import duration_words
-
     return duration_words(now - then)
 
 
@@ -465,7 +463,7 @@ def find_database_errors(now: dt.datetime) -> list[Finding]:
     """R23: a database error a beat met that recurs on every try (a feature the server
     refuses, a missing table, a permission): schedules in the database are not firing, and
     waiting will not help. Reported while a beat keeps meeting it (``dberrors``)."""
-    from . import dberrors
+    from ..beat import dberrors
 
     return [
         Finding(
@@ -521,7 +519,7 @@ def invalid_settings() -> dict[str, str]:
     """{``DURABLEBEAT_*`` name: why it is invalid} for every setting ``conf`` refuses; the
     same reading as the system check ``durablebeat.E002``, for the processes (gunicorn,
     this command) where system checks do not run."""
-    from .checks import setting_names
+    from ..checks import setting_names
 
     bad = {}
     for name in setting_names():

@@ -19,9 +19,11 @@ from django.db.models import Count, Max
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
-from . import clock, conf, health, timing
-from .enums import FINAL_STATES, RunState
-from .models import Boot, Run, Schedule
+from .. import conf
+from ..core import clock, timing
+from ..enums import FINAL_STATES, RunState
+from ..models import Boot, Run, Schedule
+from . import health
 
 logger = logging.getLogger("durablebeat")
 NOT_INSTALLED = "prometheus-client is not installed: pip install durablebeat[prometheus]"

@@ -36,13 +36,15 @@ from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connection
 
-from . import clock, completion, conf
+from .. import conf
+from ..core import clock
+from ..models import WorkerHeartbeat
+from . import completion
 from .backlog import Write, backlog
-from .models import WorkerHeartbeat
 
 logger = logging.getLogger("durablebeat")
 
-#: the header every durablebeat message carries (``ledger.Claim.headers``)
+#: the header every durablebeat message carries (``beat.due.Claim.headers``)
 MARK = "durablebeat_schedule"
 SOFT_SIGNAL = getattr(signal, "SIGUSR1", None)  # billiard's soft time limit signal
 #: seconds between liveness writes while they fail

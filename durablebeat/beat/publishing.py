@@ -6,8 +6,10 @@ from typing import Any
 
 from kombu.exceptions import OperationalError
 
-from . import clock, ledger
-from .models import Schedule
+from ..core import clock
+from ..models import Schedule
+from .claims import claim_manual, mark_published
+from .due import Claim
 
 #: a publish that raises one of these found the broker unreachable (R5: the claim is kept
 #: and retried); anything else is about the message itself (R21: its slot fails). kombu
@@ -28,7 +30,7 @@ def broker_errors(connection: Any) -> tuple[type[BaseException], ...]:
     )
 
 
-def send(app: Any, claim: ledger.Claim, producer: Any = None) -> None:
+def send(app: Any, claim: Claim, producer: Any = None) -> None:
     """Publish ``claim``; raises whatever the broker raises."""
     options = {k: v for k, v in claim.message.options.items() if k != "headers"}
     app.send_task(
@@ -42,7 +44,7 @@ def send(app: Any, claim: ledger.Claim, producer: Any = None) -> None:
     )
 
 
-def run_now(schedule: Schedule, app: Any | None = None) -> ledger.Claim:
+def run_now(schedule: Schedule, app: Any | None = None) -> Claim:
     """A manual fire (admin "run now", R19): a run with reason manual, then the message.
 
     The run is written first, like every fire (R3); a broker error propagates to the caller
@@ -53,8 +55,8 @@ def run_now(schedule: Schedule, app: Any | None = None) -> ledger.Claim:
 
         app = current_app._get_current_object()
     now = clock.now()
-    claim = ledger.claim_manual(schedule, None, now)
+    claim = claim_manual(schedule, None, now)
     send(app, claim)
     if claim.run_id is not None:
-        ledger.mark_published([claim.run_id], clock.now())
+        mark_published([claim.run_id], clock.now())
     return claim

@@ -30,13 +30,17 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F, Q
 
-from . import completion, conf, ledger
-from .enums import RunState
-from .models import Marker, Run, WorkerHeartbeat
-from .policy import StartedRun, news_overdue, no_news_bound, reclaim_reason
+from .. import conf
+from ..beat import claims
+from ..beat.boots import incident
+from ..beat.claims import worker_seen_at
+from ..core.policy import StartedRun, news_overdue, no_news_bound, reclaim_reason
+from ..enums import RunState
+from ..models import Marker, Run, WorkerHeartbeat
+from . import completion
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ..beat.engine import Engine
 
 logger = logging.getLogger("durablebeat")
 
@@ -207,7 +211,7 @@ def reclaim(now: dt.datetime, boot_id: uuid.UUID | None) -> int:
     )
     if not runs:
         return 0
-    seen = ledger.worker_seen_at({(r.worker, r.worker_pid or 0) for r in runs})
+    seen = worker_seen_at({(r.worker, r.worker_pid or 0) for r in runs})
     reclaimed: list[str] = []
     for run in runs:
         view = StartedRun(run.started_at, run.worker, run.worker_pid, run.hard_time_limit)
@@ -230,7 +234,7 @@ def reclaim(now: dt.datetime, boot_id: uuid.UUID | None) -> int:
                 extra={"event": "lost", "schedule": run.schedule.name},
             )
     if reclaimed:
-        ledger.incident("reclaim", "\n".join(reclaimed[:20]), now, boot_id, len(reclaimed))
+        incident("reclaim", "\n".join(reclaimed[:20]), now, boot_id, len(reclaimed))
         logger.warning(
             "reclaim count=%d: runs whose worker is gone or past their hard limit are lost",
             len(reclaimed),
@@ -259,4 +263,4 @@ def mark_no_news(now: dt.datetime) -> int:
         for run in candidates
         if news_overdue(run.published_at, no_news_bound(run.expire_seconds, s.NO_NEWS_AFTER), now)
     ]
-    return ledger.mark_no_news(overdue, now)
+    return claims.mark_no_news(overdue, now)

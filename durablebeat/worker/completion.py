@@ -17,8 +17,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 
-from .enums import RunState
-from .models import Run, Schedule
+from ..enums import RunState
+from ..models import Run, Schedule
 
 #: states a start may move on from: a lost (or no-news) run that starts was alive after all,
 #: and a started one that starts again was redelivered (acks_late after its worker died)

@@ -19,10 +19,10 @@ from django.db import transaction
 from django.db.models import Q
 from kombu.entity import DELIVERY_MODES
 
-from . import timing
-from .enums import Overlap, Source
-from .models import MESSAGE_FIELDS, MESSAGE_OPTIONS, POLICY_FIELDS, Schedule
-from .validation import MAX_EVERY, describe_errors, validate_schedule_fields
+from ..core import timing
+from ..enums import Overlap, Source
+from ..models import MESSAGE_FIELDS, MESSAGE_OPTIONS, POLICY_FIELDS, Schedule
+from ..validation import MAX_EVERY, describe_errors, validate_schedule_fields
 
 logger = logging.getLogger("durablebeat")
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ..worker.reclaim import OrphanReclaim
 from .engine import Hook
-from .reclaim import OrphanReclaim
 
 
 def default_hooks() -> list[Hook]:

@@ -182,7 +182,7 @@ def record(text: str, boot_id: uuid.UUID, now: dt.datetime) -> None:
     from django.db import transaction
     from django.db.models import F
 
-    from .models import Boot, Incident
+    from ..models import Boot, Incident
 
     with transaction.atomic():
         boot = boot_id if Boot.objects.filter(pk=boot_id).exists() else None
@@ -194,7 +194,7 @@ def record(text: str, boot_id: uuid.UUID, now: dt.datetime) -> None:
 def recent(now: dt.datetime) -> list[tuple[str, int, dt.datetime, str]]:
     """The recurring errors beats reported within ``REPORTED_FOR`` before ``now``:
     (error, times reported, last reported, the beat's host:pid or '')."""
-    from .models import Incident
+    from ..models import Incident
 
     rows = (
         Incident.objects.filter(kind=KIND, at__gte=now - REPORTED_FOR, at__lte=now)

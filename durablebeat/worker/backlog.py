@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError, DataError, IntegrityError, close_old_connections, connection
 
+from ..models import Run
 from . import completion
-from .models import Run
 
 logger = logging.getLogger("durablebeat")
 

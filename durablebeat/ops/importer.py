@@ -21,11 +21,12 @@ from django.apps import apps
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, transaction
 
-from . import conf, timing
-from .enums import Reason, Source
-from .models import Schedule
-from .report import absolute, duration_words
-from .validation import MAX_EVERY, MIN_EVERY, describe_errors, validate_schedule_fields
+from .. import conf
+from ..core import timing
+from ..enums import Reason, Source
+from ..models import Schedule
+from ..validation import MAX_EVERY, MIN_EVERY, describe_errors, validate_schedule_fields
+from .words import absolute, duration_words
 
 logger = logging.getLogger("durablebeat")
 

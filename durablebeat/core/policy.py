@@ -10,8 +10,8 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 
+from ..enums import Overlap, Reason
 from . import clock, timing
-from .enums import Overlap, Reason
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,274 @@
+"""The set-based claim of many plain slots at once (R3, R4), per database vendor: one
+PostgreSQL statement; ``UPDATE ... FROM ... RETURNING`` on SQLite; a locking read and one
+``UPDATE`` on MariaDB and MySQL; then the runs in one ``INSERT``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+
+from ..core.policy import (
+    Due,
+    Fire,
+)
+from ..enums import Reason, RunState
+from ..models import (
+    Run,
+    Schedule,
+)
+
+logger = logging.getLogger("durablebeat")
+
+
+#: most rows in one set-based statement (bounded by the database's parameter limits)
+BULK_CHUNK = 2000
+
+#: the vendors with ``UPDATE ... FROM ... RETURNING`` (not MariaDB, not MySQL)
+UPDATE_FROM_RETURNING = ("postgresql", "sqlite")
+
+
+def claim_many(
+    pairs: Sequence[tuple[Due, Fire]], boot_id: uuid.UUID, now: dt.datetime
+) -> dict[int, tuple[int | None, str]]:
+    """Compare-and-set, then insert the runs of the slots won: two statements. Returns
+    (run id, task id) by schedule id for the slots this beat now owns."""
+    won = cas_many(pairs, now)
+    mine = [(d, f) for d, f in pairs if d.id in won]
+    runs = insert_runs(mine, boot_id, now)
+    if not connection.features.can_return_rows_from_bulk_insert:
+        _read_back_ids([r for r in runs if r is not None])
+    return {
+        d.id: (run.pk, run.task_id or "")
+        for (d, _), run in zip(mine, runs, strict=True)
+        if run is not None
+    }
+
+
+def _read_back_ids(runs: Sequence[Run]) -> None:
+    """MySQL's multi-row ``INSERT`` returns no ids (MariaDB 10.5+ and the others do): read
+    them back by task id, unique per run, so that the claims can be confirmed (R3)."""
+    missing = {r.task_id: r for r in runs if r.pk is None}
+    if missing:
+        found = Run.objects.filter(task_id__in=list(missing)).values_list("task_id", "pk")
+        for task_id, pk in found:
+            missing[task_id].pk = pk
+
+
+def claim_many_pg(
+    pairs: Sequence[tuple[Due, Fire]], boot_id: uuid.UUID, now: dt.datetime
+) -> dict[int, tuple[int | None, str]]:
+    """``claim_many`` in one PostgreSQL statement: the compare-and-set ``UPDATE`` and the
+    runs' ``INSERT ... ON CONFLICT (schedule, slot) DO NOTHING`` as data-modifying CTEs,
+    the batch passed as six arrays. A slot moved on whose run already existed (fired
+    during an outage and reconciled) is not fired again, as in ``insert_run``."""
+    if not pairs:
+        return {}
+    task_ids = [str(uuid.uuid4()) for _ in pairs]
+    schedule = connection.ops.quote_name(Schedule._meta.db_table)
+    run_table = connection.ops.quote_name(Run._meta.db_table)
+    per_slot = {"schedule_id": "v.sid", "slot": "v.slot", "reason": "v.reason"}
+    per_slot["task_id"] = "v.task_id"
+    per_batch = {"boot_id": boot_id, "state": RunState.CLAIMED, "claimed_at": now}
+    columns: list[str] = []
+    values: list[str] = []
+    insert_params: list[Any] = []
+    for f in Run._meta.concrete_fields:
+        if f.primary_key:
+            continue
+        columns.append(connection.ops.quote_name(f.column))
+        if f.attname in per_slot:
+            values.append(per_slot[f.attname])
+        else:  # every other column as Django would write it (defaults of later fields too)
+            values.append("%s")
+            value = per_batch.get(f.attname, f.get_default())
+            insert_params.append(f.get_db_prep_save(value, connection))
+    sql = f"""
+        WITH v AS (
+            SELECT * FROM unnest(
+                %s::bigint[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[],
+                %s::text[], %s::text[]
+            ) AS v(sid, was, nxt, slot, reason, task_id)
+        ), moved AS (
+            UPDATE {schedule} SET next_fire_at = v.nxt, next_fire_reason = %s,
+                last_fired_at = %s, stuck_since = NULL, stuck_reason = ''
+            FROM v WHERE {schedule}.id = v.sid AND {schedule}.next_fire_at = v.was
+            RETURNING {schedule}.id
+        ), ins AS (
+            INSERT INTO {run_table} ({", ".join(columns)})
+            SELECT {", ".join(values)} FROM moved JOIN v ON v.sid = moved.id
+            ON CONFLICT (schedule_id, slot) DO NOTHING
+            RETURNING id, schedule_id
+        )
+        SELECT moved.id, ins.id FROM moved LEFT JOIN ins ON ins.schedule_id = moved.id
+    """
+    params: list[Any] = [
+        [d.id for d, _ in pairs],
+        [d.next_fire_at for d, _ in pairs],
+        [f.next_fire_at for _, f in pairs],
+        [f.slot for _, f in pairs],
+        [f.reason for _, f in pairs],
+        task_ids,
+        Reason.SCHEDULED,
+        now,
+        *insert_params,
+    ]
+    task_of = {d.id: t for (d, _), t in zip(pairs, task_ids, strict=True)}
+    name_of = {d.id: (d.name, f.slot) for d, f in pairs}
+    won: dict[int, tuple[int | None, str]] = {}
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        for schedule_id, run_id in cur.fetchall():
+            if run_id is None:
+                name, slot = name_of[schedule_id]
+                logger.warning(
+                    "slot already has a run, not fired again: schedule=%s slot=%s",
+                    name,
+                    slot.isoformat(),
+                    extra={"event": "duplicate_prevented", "schedule": name},
+                )
+                continue
+            won[schedule_id] = (run_id, task_of[schedule_id])
+    return won
+
+
+def lock_in_order(ids: list[int]) -> None:
+    """Lock the batch's rows in id order (PostgreSQL, MariaDB, MySQL): two beats claiming
+    overlapping batches then queue instead of deadlocking; the compare-and-set decides who
+    fires. (SQLite has no row locks: it serialises whole write transactions.)"""
+    if ids and connection.features.has_select_for_update:
+        list(Schedule.objects.filter(pk__in=ids).order_by("pk").select_for_update().values("pk"))
+
+
+def cas_many(pairs: Sequence[tuple[Due, Fire]], now: dt.datetime) -> set[int]:
+    """The compare-and-set of many slots in one statement; the ids it moved on (R3, R4)."""
+    if not pairs:
+        return set()
+    if connection.vendor not in UPDATE_FROM_RETURNING:
+        return _cas_many_locked(pairs, now)
+    ops = connection.ops
+    pg = connection.vendor == "postgresql"
+    row = "(%s::bigint, %s::timestamptz, %s::timestamptz)" if pg else "(%s, %s, %s)"
+    params: list[Any] = []
+    for due, fire in pairs:
+        params += [
+            due.id,
+            ops.adapt_datetimefield_value(due.next_fire_at),
+            ops.adapt_datetimefield_value(fire.next_fire_at),
+        ]
+    table = connection.ops.quote_name(Schedule._meta.db_table)
+    sql = (
+        f"WITH v(sid, was, nxt) AS (VALUES {', '.join([row] * len(pairs))}) "
+        f"UPDATE {table} SET next_fire_at = v.nxt, next_fire_reason = %s, "
+        "last_fired_at = %s, stuck_since = NULL, stuck_reason = '' "
+        f"FROM v WHERE {table}.id = v.sid AND {table}.next_fire_at = v.was RETURNING id"
+    )
+    params += [Reason.SCHEDULED, ops.adapt_datetimefield_value(now)]
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return {int(r[0]) for r in cur.fetchall()}
+
+
+def _cas_many_locked(pairs: Sequence[tuple[Due, Fire]], now: dt.datetime) -> set[int]:
+    """``cas_many`` where ``UPDATE`` returns no rows (MariaDB, MySQL): the compare is a
+    locking read of the rows still at the next fire this beat read, the set one ``UPDATE``
+    of exactly those. The rows stay locked to this transaction from the read to its commit,
+    so no other beat can move one in between (R4): the read says which ids moved on."""
+    was = {d.id: d.next_fire_at for d, _ in pairs}
+    current = (
+        Schedule.objects.filter(pk__in=list(was)).order_by("pk").select_for_update()
+    ).values_list("pk", "next_fire_at")
+    won = {pk for pk, at in current if at is not None and at == was[pk]}
+    if not won:
+        return set()
+    ops = connection.ops
+    table = ops.quote_name(Schedule._meta.db_table)
+    cases: list[str] = []
+    params: list[Any] = []
+    for due, fire in pairs:
+        if due.id in won:
+            cases.append("WHEN %s THEN %s")
+            params += [due.id, ops.adapt_datetimefield_value(fire.next_fire_at)]
+    ids = sorted(won)
+    sql = (
+        f"UPDATE {table} SET next_fire_at = CASE id {' '.join(cases)} END, "
+        "next_fire_reason = %s, last_fired_at = %s, stuck_since = NULL, stuck_reason = '' "
+        f"WHERE id IN ({', '.join(['%s'] * len(ids))})"
+    )
+    params += [Reason.SCHEDULED, ops.adapt_datetimefield_value(now), *ids]
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+    return won
+
+
+def insert_runs(
+    pairs: Sequence[tuple[Due, Fire]], boot_id: uuid.UUID, now: dt.datetime
+) -> list[Run | None]:
+    """Insert the runs of slots just won, in one statement; one by one only when a slot
+    already has a run (fired during an outage and reconciled), so that it is not fired
+    again while the rest still are."""
+    runs = [
+        Run(
+            schedule_id=due.id,
+            slot=fire.slot,
+            boot_id=boot_id,
+            reason=fire.reason,
+            claimed_at=now,
+            task_id=str(uuid.uuid4()),
+        )
+        for due, fire in pairs
+    ]
+    if not runs:
+        return []
+    try:
+        with transaction.atomic():
+            return list(Run.objects.bulk_create(runs))
+    except IntegrityError:
+        return [insert_run(due, fire, boot_id, now) for due, fire in pairs]
+
+
+def insert_run(
+    due: Due, fire: Fire, boot_id: uuid.UUID, now: dt.datetime, skipped: str | None = None
+) -> Run | None:
+    """Insert one slot's run; ``skipped``: why it is recorded as skipped instead of fired.
+    None when the slot already has a run (not fired again) or when it was skipped."""
+    run = Run(
+        schedule_id=due.id,
+        slot=fire.slot,
+        boot_id=boot_id,
+        reason=fire.reason,
+        claimed_at=now,
+    )
+    if skipped is not None:
+        run.state, run.detail = RunState.SKIPPED, skipped
+        run.finished_at = now
+    else:
+        run.task_id = str(uuid.uuid4())
+    try:
+        with transaction.atomic():
+            run.save()
+    except IntegrityError:
+        # The slot has a run already (fired during a database outage and reconciled): the
+        # advance above stands, the slot is not fired again.
+        logger.warning(
+            "slot already has a run, not fired again: schedule=%s slot=%s",
+            due.name,
+            fire.slot.isoformat(),
+            extra={"event": "duplicate_prevented", "schedule": due.name},
+        )
+        return None
+    if skipped is not None:
+        logger.warning(
+            "skipped schedule=%s slot=%s reason=%s",
+            due.name,
+            fire.slot.isoformat(),
+            run.detail,
+            extra={"event": "skip", "schedule": due.name, "slot": fire.slot.isoformat()},
+        )
+        return None
+    return run

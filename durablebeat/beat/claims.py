@@ -1,0 +1,380 @@
+"""Who fires a due slot (R3, R4, R8, R14, R16): the claim of a batch, with a one-by-one
+fallback when a row refuses; overlap skips and their evidence (the runs in flight, no-news);
+defers and misses; a manual "run now"; the publish's outcome written back.
+
+Every write that decides who fires is a compare-and-set on ``next_fire_at`` inside a
+transaction that also inserts the run, and the run is unique on (schedule, slot): a zero-row
+update or an ``IntegrityError`` means another beat has that slot. The set-based statements
+for the common case are in ``batch_claim``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+
+from .. import conf
+from ..core.policy import (
+    Defer,
+    Due,
+    Fire,
+    Miss,
+    StartedRun,
+    news_overdue,
+    no_news_bound,
+    reclaim_reason,
+)
+from ..enums import IN_FLIGHT_STATES, Overlap, Reason, RunState
+from ..models import (
+    MissedSlots,
+    Run,
+    Schedule,
+    WorkerHeartbeat,
+)
+from ..worker.completion import storable
+from . import batch_claim
+from .due import Claim, Message, is_row_error
+
+logger = logging.getLogger("durablebeat")
+
+
+NO_BEAT = "no beat could fire it (none running, or the database unreachable)"
+
+
+def _cas(due: Due, **changes: Any) -> bool:
+    """Move a schedule on only if nobody else did since we read it (R4)."""
+    return bool(Schedule.objects.filter(pk=due.id, next_fire_at=due.next_fire_at).update(**changes))
+
+
+def apply_defer(due: Due, action: Defer) -> bool:
+    changes: dict[str, Any] = {
+        "next_fire_at": action.next_fire_at,
+        "next_fire_reason": action.reason,
+    }
+    if action.next_fire_at is None:
+        changes["enabled"] = False  # a one-off with no slot left is done
+    return _cas(due, **changes)
+
+
+def apply_miss(due: Due, action: Miss, boot_id: uuid.UUID, now: dt.datetime) -> bool:
+    with transaction.atomic():
+        changes: dict[str, Any] = {
+            "next_fire_at": action.next_fire_at,
+            "next_fire_reason": Reason.SCHEDULED,
+        }
+        if action.next_fire_at is None:
+            changes["enabled"] = False
+        if not _cas(due, **changes):
+            return False
+        _record_missed(due, action.missed, boot_id, now, NO_BEAT)
+        return True
+
+
+def _record_missed(due: Due, missed: Any, boot_id: uuid.UUID, now: dt.datetime, why: str) -> None:
+    MissedSlots.objects.create(
+        schedule_id=due.id,
+        boot_id=boot_id,
+        count=missed.count,
+        first_slot=missed.first,
+        last_slot=missed.last,
+        reason=why,
+        recorded_at=now,
+    )
+    logger.warning(
+        "missed schedule=%s count=%d first=%s last=%s reason=%s",
+        due.name,
+        missed.count,
+        missed.first.isoformat(),
+        missed.last.isoformat(),
+        why,
+        extra={"event": "missed", "schedule": due.name, "count": missed.count},
+    )
+
+
+def _in_flight(schedule_ids: Iterable[int], now: dt.datetime) -> dict[int, Run]:
+    """R14 + R22: the latest run of each schedule with evidence that it is alive: started
+    on a worker that is alive and within its hard time limit, or claimed or published and
+    still inside the no-news bound. A published run past the bound is marked ``no_news``
+    here, so a lost write or a lost message never holds a schedule for ever."""
+    s = conf.settings
+    runs = list(
+        Run.objects.filter(schedule_id__in=list(schedule_ids), state__in=IN_FLIGHT_STATES)
+        .annotate(expire_seconds=F("schedule__expire_seconds"), schedule_name=F("schedule__name"))
+        .order_by("slot")
+    )
+    started = [r for r in runs if r.state == RunState.STARTED]
+    seen = worker_seen_at({(r.worker, r.worker_pid or 0) for r in started}) if started else {}
+    live: dict[int, Run] = {}
+    overdue: list[Run] = []
+    for run in runs:
+        if run.state == RunState.STARTED and run.started_at is not None:
+            view = StartedRun(run.started_at, run.worker, run.worker_pid, run.hard_time_limit)
+            seen_at = seen.get((run.worker, run.worker_pid or 0))
+            dead = reclaim_reason(view, seen_at, now, s.WORKER_DEAD_AFTER, s.RECLAIM_MARGIN)
+            if dead is None:
+                live[run.schedule_id] = run
+            continue  # a dead worker's run is the orphan reclaim's to mark lost (R15)
+        bound = no_news_bound(run.expire_seconds, s.NO_NEWS_AFTER)
+        if not news_overdue(run.published_at or run.claimed_at, bound, now):
+            live[run.schedule_id] = run
+        elif run.state == RunState.PUBLISHED:
+            overdue.append(run)
+        # A claimed run past the bound stays claimed: its publish is retried, or settled
+        # as in doubt (R9); it just no longer blocks.
+    mark_no_news(overdue, now)
+    return live
+
+
+def worker_seen_at(workers: Iterable[tuple[str, int]]) -> dict[tuple[str, int], dt.datetime]:
+    """The last liveness write of each (worker, pid) asked for that has one (R15)."""
+    wanted = set(workers)
+    rows = WorkerHeartbeat.objects.filter(worker__in={w for w, _ in wanted})
+    return {
+        (w, p): at for w, p, at in rows.values_list("worker", "pid", "seen_at") if (w, p) in wanted
+    }
+
+
+def no_news_detail(run: Run, bound: dt.timedelta) -> str:
+    sent = run.published_at or run.claimed_at
+    return (
+        f"no news since {sent.isoformat(timespec='seconds')}: no worker started it within "
+        f"{bound.total_seconds():g} s (message lost, or its queue not consumed); it no "
+        "longer holds its schedule (R22)"
+    )[:300]
+
+
+def mark_no_news(runs: Sequence[Run], now: dt.datetime) -> int:
+    """Published runs past their no-news bound: ``no_news`` with why. Only from published
+    (compare-and-set): a start or a completion that came meanwhile wins (R11)."""
+    s = conf.settings
+    moved = 0
+    for run in runs:
+        bound = no_news_bound(getattr(run, "expire_seconds", None), s.NO_NEWS_AFTER)
+        moved += Run.objects.filter(pk=run.pk, state=RunState.PUBLISHED).update(
+            state=RunState.NO_NEWS, detail=no_news_detail(run, bound)
+        )
+        name = getattr(run, "schedule_name", None) or run.schedule_id
+        logger.warning(
+            "no news schedule=%s slot=%s task_id=%s: no worker started it within %g s",
+            name,
+            run.slot.isoformat(),
+            run.task_id,
+            bound.total_seconds(),
+            extra={"event": "no_news", "schedule": name, "task_id": run.task_id},
+        )
+    return moved
+
+
+def _skip_reason(run: Run) -> str:
+    reason = f"previous run (slot {run.slot.isoformat()}, task {run.task_id}) is still {run.state}"
+    if run.worker:
+        reason += f" on {run.worker}"
+    return reason[:300]
+
+
+def claim(
+    fires: Sequence[tuple[Due, Fire, Message]],
+    boot_id: uuid.UUID,
+    now: dt.datetime,
+    bad: list[tuple[Due, Exception]] | None = None,
+) -> list[Claim]:
+    """R3 + R4 + R14 for a batch: in one transaction, for each due slot, compare-and-set the
+    next fire and insert its run (or its skipped entry). The caller publishes after commit.
+
+    The common case (a slot on its grid, not blocked by a run in flight) is set-based: the
+    rows are locked in id order, moved on by one ``UPDATE ... FROM (VALUES ...)`` whose
+    ``WHERE next_fire_at = <as read>`` is the compare-and-set, and their runs inserted by one
+    ``INSERT``; a batch costs a handful of statements whatever its size. The rest (skips,
+    catch-ups with missed slots, one-offs) go one by one as before.
+
+    ``bad`` (R21): when given, a batch that raises an error about its rows' values (see
+    ``is_row_error``) is claimed again one slot at a time, each in its own savepoint; a slot
+    that raises there is left out and reported in ``bad``, the others are claimed. An error
+    about the database itself (unreachable, schema) propagates as before (R5)."""
+    if bad is None:
+        return _claim_batch(fires, boot_id, now)
+    try:
+        return _claim_batch(fires, boot_id, now)
+    except Exception as exc:
+        if not is_row_error(exc):
+            raise
+        logger.warning(
+            "claim of a batch of %d failed, claiming one by one: %s: %s",
+            len(fires),
+            type(exc).__name__,
+            exc,
+            extra={"event": "claim_split", "count": len(fires)},
+        )
+    claims: list[Claim] = []
+    for one in fires:
+        try:
+            claims += _claim_batch([one], boot_id, now)
+        except Exception as exc:
+            if not is_row_error(exc):
+                raise
+            bad.append((one[0], exc))
+    return claims
+
+
+#: how a run whose message the broker client refused begins its detail (``check`` finds it)
+UNPUBLISHABLE = "not published, the message was refused"
+
+
+def mark_unpublishable(run_ids: Sequence[int], error: str, now: dt.datetime) -> None:
+    """R21: the broker client refused these claimed slots' message for its own content (not
+    an outage): each run fails with why, and its schedule's last outcome says so, so that
+    the run history, the admin and ``check`` show it. The slot is not retried."""
+    if not run_ids:
+        return
+    error = storable(error)
+    detail = f"{UNPUBLISHABLE}: {error}"[:300]
+    with transaction.atomic():
+        runs = Run.objects.filter(pk__in=list(run_ids), state=RunState.CLAIMED)
+        schedule_ids = list(runs.values_list("schedule_id", flat=True))
+        runs.update(state=RunState.FAILED, detail=detail, error=error, finished_at=now)
+        Schedule.objects.filter(pk__in=schedule_ids).exclude(last_failed_at__gt=now).update(
+            last_failed_at=now, last_outcome=RunState.FAILED
+        )
+
+
+def _claim_batch(
+    fires: Sequence[tuple[Due, Fire, Message]], boot_id: uuid.UUID, now: dt.datetime
+) -> list[Claim]:
+    """``claim`` of one batch in one savepoint: all of it, or nothing and an exception."""
+    claims: dict[int, Claim] = {}
+    with transaction.atomic():
+        batch_claim.lock_in_order([d.id for d, _, _ in fires])
+        skip_ids = [d.id for d, _, _ in fires if d.overlap == Overlap.SKIP]
+        busy = _in_flight(skip_ids, now) if skip_ids else {}
+        bulk: list[tuple[Due, Fire, Message]] = []
+        for due, fire, message in fires:
+            blocker = busy.get(due.id) if fire.reason != Reason.MANUAL else None
+            if blocker is None and _plain(due, fire):
+                bulk.append((due, fire, message))
+                continue
+            made = _claim_one(due, fire, boot_id, now, blocker)
+            if made is not None:
+                claims[due.id] = _claim_of(made, due, fire, boot_id, message)
+        many = (
+            batch_claim.claim_many_pg
+            if connection.vendor == "postgresql"
+            else batch_claim.claim_many
+        )
+        for chunk_start in range(0, len(bulk), batch_claim.BULK_CHUNK):
+            chunk = bulk[chunk_start : chunk_start + batch_claim.BULK_CHUNK]
+            won = many([(d, f) for d, f, _ in chunk], boot_id, now)
+            for due, fire, message in chunk:
+                if due.id in won:
+                    run_id, task_id = won[due.id]
+                    claims[due.id] = Claim(
+                        run_id, task_id, due.id, due.name, fire.slot, fire.reason, boot_id, message
+                    )
+    return [claims[d.id] for d, _, _ in fires if d.id in claims]
+
+
+def _plain(due: Due, fire: Fire) -> bool:
+    """A slot the set-based path handles: read and written times known, nothing missed."""
+    return due.next_fire_at is not None and fire.next_fire_at is not None and not fire.missed
+
+
+def _claim_of(run: Run, due: Due, fire: Fire, boot_id: uuid.UUID, message: Message) -> Claim:
+    return Claim(
+        run.pk, run.task_id or "", due.id, due.name, fire.slot, fire.reason, boot_id, message
+    )
+
+
+def _claim_one(
+    due: Due, fire: Fire, boot_id: uuid.UUID, now: dt.datetime, blocker: Run | None
+) -> Run | None:
+    changes: dict[str, Any] = {
+        "next_fire_at": fire.next_fire_at,
+        "next_fire_reason": Reason.SCHEDULED,
+    }
+    if fire.next_fire_at is None:
+        changes["enabled"] = False
+    if blocker is None:
+        changes |= {"last_fired_at": now, "stuck_since": None, "stuck_reason": ""}
+    else:
+        changes |= {"stuck_since": Coalesce(F("stuck_since"), now)}
+        changes |= {"stuck_reason": _skip_reason(blocker)}
+    if not _cas(due, **changes):
+        return None  # another beat has this slot
+    if fire.missed is not None:
+        _record_missed(due, fire.missed, boot_id, now, NO_BEAT)
+    skipped = _skip_reason(blocker) if blocker is not None else None
+    return batch_claim.insert_run(due, fire, boot_id, now, skipped)
+
+
+def claim_manual(row: Schedule, boot_id: uuid.UUID | None, now: dt.datetime) -> Claim:
+    """A "run now": a run through the same ledger, reason manual, no change to next fire.
+
+    The schedule's last fire moves (the admin and ``status`` show that it went out)."""
+    message = Message.for_row(row)  # a bad row is refused before anything is written
+    with transaction.atomic():
+        run = Run.objects.create(
+            schedule=row,
+            slot=now,
+            boot_id=boot_id,
+            reason=Reason.MANUAL,
+            claimed_at=now,
+            task_id=str(uuid.uuid4()),
+        )
+        Schedule.objects.filter(pk=row.pk).update(last_fired_at=now)
+    return Claim(
+        run.pk,
+        run.task_id or "",
+        row.pk,
+        row.name,
+        now,
+        Reason.MANUAL,
+        boot_id or uuid.UUID(int=0),
+        message,
+    )
+
+
+def mark_published(run_ids: Sequence[int], now: dt.datetime) -> None:
+    if run_ids:
+        # state=claimed only: a fast worker may have moved the run on already.
+        Run.objects.filter(pk__in=list(run_ids), state=RunState.CLAIMED).update(
+            state=RunState.PUBLISHED, published_at=now, publish_attempts=F("publish_attempts") + 1
+        )
+
+
+def mark_missed(run_ids: Sequence[int], detail: str, now: dt.datetime) -> None:
+    """A claimed slot that could not go out while it was worth sending."""
+    Run.objects.filter(pk__in=list(run_ids), state=RunState.CLAIMED).update(
+        state=RunState.MISSED, detail=detail[:300], finished_at=now
+    )
+
+
+def in_doubt_runs(
+    current_boot: uuid.UUID, stale_before: dt.datetime, limit: int = 500
+) -> list[Run]:
+    """R9: runs claimed by a boot that is gone (stopped or silent) and never confirmed."""
+    dead = (
+        Q(boot__isnull=True)
+        | Q(boot__stopped_at__isnull=False)
+        | Q(boot__heartbeat_at__lt=stale_before)
+    )
+    return list(
+        Run.objects.filter(dead, state=RunState.CLAIMED)
+        .exclude(boot_id=current_boot)
+        .select_related("schedule")
+        .order_by("claimed_at")[:limit]
+    )
+
+
+def take_over(run_id: int, old_boot: uuid.UUID | None, new_boot: uuid.UUID) -> bool:
+    """Compare-and-set: only one beat re-sends an in-doubt run."""
+    return bool(
+        Run.objects.filter(pk=run_id, state=RunState.CLAIMED, boot_id=old_boot).update(
+            boot_id=new_boot, reason=Reason.REPUBLISH
+        )
+    )

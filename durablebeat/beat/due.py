@@ -1,0 +1,199 @@
+"""What is due and what firing it sends (R1, R2, R20, R21): the due query, the value the
+policy decides on (``Due``, from a row), the broker message and the claim that carries it.
+
+A row that cannot be read or moved on is set aside with its error (``set_aside``); which
+errors are a row's and which are the database's is ``is_row_error``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, DataError, IntegrityError, connection, transaction
+from django.db.models import QuerySet
+
+from .. import conf, validation
+from ..core import timing
+from ..core.policy import Due
+from ..enums import Source
+from ..models import MESSAGE_FIELDS, MESSAGE_OPTIONS, POLICY_FIELDS, TIMING_FIELDS, Schedule
+from ..worker.completion import storable
+from .codesync import CodeEntry
+
+logger = logging.getLogger("durablebeat")
+
+
+ZERO = dt.timedelta(0)
+
+
+@dataclass(frozen=True)
+class Message:
+    """What goes to the broker for one schedule, besides the run's own identity."""
+
+    task: str
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def for_row(cls, row: Schedule) -> Message:
+        """Raises ``timing.InvalidSchedule`` when a stored JSON field has the wrong shape."""
+        validation.check_message_shapes(row)
+        # Every apply_async option the schedule holds, on every fire (R24); an empty one is
+        # left out, so the task's or the app's own default applies as under Celery's beat.
+        options: dict[str, Any] = {
+            option: value
+            for option, name in MESSAGE_OPTIONS.items()
+            if (value := getattr(row, name)) is not None and value != ""
+        }
+        return cls(row.task, list(row.args), dict(row.kwargs), options | {"headers": row.headers})
+
+    @classmethod
+    def for_entry(cls, entry: CodeEntry) -> Message:
+        row = Schedule(name=entry.name)
+        entry.apply_to(row)
+        return cls.for_row(row)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A slot this beat owns and must publish."""
+
+    run_id: int | None
+    task_id: str
+    schedule_id: int | None
+    schedule: str
+    slot: dt.datetime
+    reason: str
+    boot_id: uuid.UUID
+    message: Message
+
+    def headers(self) -> dict[str, Any]:
+        return {
+            **self.message.options.get("headers", {}),
+            "durablebeat_schedule": self.schedule,
+            "durablebeat_slot": self.slot.isoformat(),
+            "durablebeat_reason": self.reason,
+            "durablebeat_boot": str(self.boot_id),
+            "durablebeat_run": self.run_id,
+        }
+
+
+def due_from_row(row: Schedule) -> Due:
+    """The value the policy works on; raises ``timing.InvalidSchedule`` for a bad row,
+    including a policy duration out of its range (written around the checks, R21): the
+    policy adds them to instants, so they are bounded here as they are at entry."""
+    s = conf.settings
+    own_grace, own_window = row.startup_grace, row.catch_up_window
+    if own_grace is not None and not ZERO <= own_grace <= validation.MAX_STARTUP_GRACE:
+        raise timing.InvalidSchedule("startup_grace", f"out of its range: {own_grace}")
+    if own_window is not None and not ZERO < own_window <= validation.MAX_CATCH_UP_WINDOW:
+        raise timing.InvalidSchedule("catch_up_window", f"out of its range: {own_window}")
+    grace = own_grace if own_grace is not None else s.STARTUP_GRACE
+    window = own_window or s.CATCH_UP_WINDOW
+    return Due(
+        id=row.pk,
+        name=row.name,
+        task=row.task,
+        spec=row.to_spec(),
+        next_fire_at=row.next_fire_at,
+        next_fire_reason=row.next_fire_reason,
+        startup_grace=grace,
+        catch_up=row.catch_up,
+        catch_up_window=window,
+        overlap=row.overlap,
+        from_code=row.source == Source.CODE,
+    )
+
+
+#: what firing reads of a due row (``due_from_row``, ``Message.for_row``): a burst reads a
+#: thousand rows per batch, and each timestamp column left out is a thousand parses saved
+DUE_FIELDS = (
+    "id",
+    "name",
+    "task",
+    *MESSAGE_FIELDS,
+    *TIMING_FIELDS,
+    "source",
+    *POLICY_FIELDS,
+    "next_fire_at",
+    "next_fire_reason",
+)
+
+
+def fetch_due(
+    now: dt.datetime, horizon: dt.datetime, limit: int, lock: bool = False
+) -> list[Schedule]:
+    """What is new (no next fire yet), then what is due now or before ``horizon``, in order.
+
+    Two probes of the partial index, not one ``OR``: an ``OR`` makes PostgreSQL use a
+    bitmap scan, which never marks the index entries of dead row versions as dead, so each
+    wake-up walked every slot fired since the last vacuum (idle cost growing with N). A
+    plain ordered index scan stops at ``limit`` and prunes them as it goes.
+
+    ``lock`` (inside a transaction): take the rows with ``FOR UPDATE SKIP LOCKED`` on
+    PostgreSQL, MariaDB 10.6+ and MySQL 8, so that several beats on one burst each take a
+    different batch instead of queueing behind one another's row locks (ignored where rows
+    cannot be locked: SQLite serialises write transactions anyway)."""
+    rows: list[Schedule] = []
+    for query in (
+        _due_rows().filter(next_fire_at__isnull=True).order_by("pk"),
+        _due_rows().filter(next_fire_at__lte=horizon).order_by("next_fire_at"),
+    ):
+        if len(rows) >= limit:
+            break
+        if lock:
+            query = query.select_for_update(**_skip_locked())
+        rows += query[: limit - len(rows)]
+    return rows
+
+
+def probe_due(now: dt.datetime) -> None:
+    """The due query as a claim runs it, locks and all, rolled back: at boot, an error that
+    will recur on every tick (a locking clause the server refuses, a table or a privilege
+    missing) shows here, before beat takes it for an outage (R23)."""
+    with transaction.atomic():
+        fetch_due(now, now, 1, lock=True)
+        transaction.set_rollback(True)
+
+
+def _skip_locked() -> dict[str, Any]:
+    """``select_for_update`` options for the due query that this server has (SPEC §1).
+
+    SKIP LOCKED: PostgreSQL, MariaDB 10.6+, MySQL 8 (an older server queues behind the other
+    beat's locks instead: slower, as correct). ``OF``: PostgreSQL and MySQL 8; Django refuses
+    it on MariaDB (``NotSupportedError``), where plain ``FOR UPDATE`` locks the same rows
+    because the due query joins no other table."""
+    features = connection.features
+    options: dict[str, Any] = {}
+    if features.has_select_for_update_skip_locked:
+        options["skip_locked"] = True
+    if features.has_select_for_update_of:
+        options["of"] = ("self",)
+    return options
+
+
+def _due_rows() -> QuerySet[Schedule]:
+    return Schedule.objects.filter(enabled=True, error="").only(*DUE_FIELDS)
+
+
+def is_row_error(exc: BaseException) -> bool:
+    """R21: an exception about one row's values (an overflow, a type, a value the database
+    refuses): that row is set aside and the rest of its batch goes on. Every other database
+    error (unreachable, missing table, permissions) is about the database, which every row
+    would meet: R5's outage path, R23. A setting out of range is nobody's row either."""
+    if isinstance(exc, ImproperlyConfigured):
+        return False
+    return not isinstance(exc, DatabaseError) or isinstance(exc, DataError | IntegrityError)
+
+
+def set_aside(schedule_id: int, error: str) -> None:
+    """R20/R21 by id: a row that raised at run time is set aside with its error (one line
+    of text the database can store), shown by ``check`` and the admin."""
+    text = storable(error)[:2000] or "unusable row"
+    Schedule.objects.filter(pk=schedule_id).update(error=text)

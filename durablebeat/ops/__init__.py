@@ -1,0 +1,1 @@
+"""Operations: check, report, status, metrics, import."""

@@ -1,0 +1,1 @@
+"""The worker side: run tracking from Celery signals, completion, orphan reclaim."""
