@@ -274,7 +274,14 @@ def _claim_batch(
                 if due.id in won:
                     run_id, task_id = won[due.id]
                     claims[due.id] = Claim(
-                        run_id, task_id, due.id, due.name, fire.slot, fire.reason, boot_id, message
+                        run_id=run_id,
+                        task_id=task_id,
+                        schedule_id=due.id,
+                        schedule=due.name,
+                        slot=fire.slot,
+                        reason=fire.reason,
+                        boot_id=boot_id,
+                        message=message,
                     )
     return [claims[d.id] for d, _, _ in fires if d.id in claims]
 
@@ -286,7 +293,14 @@ def _plain(due: Due, fire: Fire) -> bool:
 
 def _claim_of(run: Run, due: Due, fire: Fire, boot_id: uuid.UUID, message: Message) -> Claim:
     return Claim(
-        run.pk, run.task_id or "", due.id, due.name, fire.slot, fire.reason, boot_id, message
+        run_id=run.pk,
+        task_id=run.task_id or "",
+        schedule_id=due.id,
+        schedule=due.name,
+        slot=fire.slot,
+        reason=fire.reason,
+        boot_id=boot_id,
+        message=message,
     )
 
 
@@ -328,14 +342,14 @@ def claim_manual(row: Schedule, boot_id: uuid.UUID | None, now: dt.datetime) -> 
         )
         Schedule.objects.filter(pk=row.pk).update(last_fired_at=now)
     return Claim(
-        run.pk,
-        run.task_id or "",
-        row.pk,
-        row.name,
-        now,
-        Reason.MANUAL,
-        boot_id or uuid.UUID(int=0),
-        message,
+        run_id=run.pk,
+        task_id=run.task_id or "",
+        schedule_id=row.pk,
+        schedule=row.name,
+        slot=now,
+        reason=Reason.MANUAL,
+        boot_id=boot_id or uuid.UUID(int=0),
+        message=message,
     )
 
 

@@ -60,9 +60,10 @@ class Message:
         return cls.for_row(row)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Claim:
-    """A slot this beat owns and must publish."""
+    """A slot this beat owns and must publish. Built by keyword: eight fields, several of
+    one type."""
 
     run_id: int | None
     task_id: str

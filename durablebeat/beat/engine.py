@@ -31,8 +31,9 @@ from .claims import apply_defer, apply_miss, mark_published, mark_unpublishable
 from .claims import claim as claim_batch
 from .codesync import CodeEntry
 from .codesync import sync as sync_code
-from .due import Claim, Message, due_from_row, is_row_error, set_aside
-from .outage import reconcile_outage_fire
+from .due import Claim, Message, due_from_row, is_row_error
+from .loop import Hook, Refused
+from .outage import OutageFire, write_fires
 
 logger = logging.getLogger("durablebeat")
 
@@ -46,8 +47,6 @@ PUBLISH_GROUP = 200
 #: the first batch of a burst (then ``DURABLEBEAT_BATCH_SIZE``): its slots wait for one
 #: small claim instead of a thousand
 FIRST_BATCH = 10
-#: hooks run by the loop while the database answers, e.g. orphan reclaim (R15)
-Hook = Callable[["Engine", dt.datetime], None]
 #: the shortest sleep ``tick`` returns when it fired nothing (R21): a row that cannot be
 #: moved on, or a setting of zero, never turns the loop into a busy one
 MIN_SLEEP = 0.1
@@ -71,34 +70,20 @@ class _Planned:
 
 
 @dataclass
-class _OutageFire:
-    schedule: str
-    slot: dt.datetime
-    reason: str
-    task_id: str
-    published_at: dt.datetime | None
-    next_fire_at: dt.datetime | None
-
-
-@dataclass(frozen=True)
-class Refused:
-    """Why a publish did not go out. ``outage``: the broker could not be reached (the
-    claim is kept and retried, R5); otherwise the message was refused for its own content
-    (its slot fails, the rest of its group goes out, R21)."""
-
-    error: str
-    outage: bool
-
-
-@dataclass
 class Engine:
+    """The beat loop. Its public surface: ``tick`` and ``close`` for the scheduler; for its
+    hooks (``loop.Loop``) ``boot_id``, ``try_publish``, ``unpublishable``, ``retry_later``
+    and ``set_aside``. The rest is its own state, touched by nothing outside this module."""
+
     code_entries: list[CodeEntry]
     publish: Publisher
     publish_batch: PublishBatch = contextlib.nullcontext
     boot_id: uuid.UUID = field(default_factory=uuid.uuid4)
     hostname: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
-    hooks: list[Hook] = field(default_factory=list)
+    #: run in order after the publish retries while the database answers; an engine built
+    #: without hooks still settles the claims of dead boots (R9), as ``default_hooks()`` does
+    hooks: list[Hook] = field(default_factory=lambda: [recovery.InDoubtResend()])
     #: the exceptions that mean "the broker is unreachable" (``publishing.broker_errors``);
     #: any other exception a publish raises is about the message
     broker_errors: tuple[type[BaseException], ...] = publishing.BROKER_UNAVAILABLE
@@ -107,10 +92,8 @@ class Engine:
     booted: bool = False
     caught_up: set[int] = field(default_factory=set)
     plan: dict[str, _Planned] = field(default_factory=dict)
-    outage_fires: collections.deque[_OutageFire] = field(default_factory=collections.deque)
+    outage_fires: collections.deque[OutageFire] = field(default_factory=collections.deque)
     retries: recovery.Retries = field(default_factory=recovery.Retries)
-    #: when ``recovery.resend_in_doubt`` last looked for in-doubt claims
-    in_doubt_looked_at: dt.datetime | None = None
     _last_db_try: dt.datetime | None = None
     _last_heartbeat: dt.datetime | None = None
     _db_failures: int = 0
@@ -214,7 +197,6 @@ class Engine:
             self._refresh_plan()
         if self.retries:
             self._run_hook(self.retries.run, now)
-        self._run_hook(recovery.resend_in_doubt, now)
         for hook in self.hooks:
             self._run_hook(hook, now)
         horizon = now + dt.timedelta(seconds=s.MAX_INTERVAL)
@@ -234,7 +216,7 @@ class Engine:
                     bad: list[tuple[Due, Exception]] = []
                     claims = claim_batch(fires, self.boot_id, now, bad=bad)
                     for due, exc in bad:  # R21: set aside, the rest of the batch is claimed
-                        self._bad_row(due.id, due.name, _describe(exc))
+                        self.set_aside(due.id, due.name, _describe(exc))
         except DatabaseError as exc:
             if not fires or dberrors.will_recur(exc):
                 raise
@@ -314,7 +296,7 @@ class Engine:
             except Exception as exc:
                 if not is_row_error(exc):
                     raise
-                self._bad_row(row.pk, row.name, _describe(exc))
+                self.set_aside(row.pk, row.name, _describe(exc))
         return wake
 
     def _fire_unclaimed(
@@ -324,18 +306,18 @@ class Engine:
         self._lost_db(now, exc)
         for due, fire, message in fires:
             claim = Claim(
-                None,
-                str(uuid.uuid4()),
-                due.id,
-                due.name,
-                fire.slot,
-                fire.reason,
-                self.boot_id,
-                message,
+                run_id=None,
+                task_id=str(uuid.uuid4()),
+                schedule_id=due.id,
+                schedule=due.name,
+                slot=fire.slot,
+                reason=fire.reason,
+                boot_id=self.boot_id,
+                message=message,
             )
             published = self.try_publish(claim, now) is None
             self._remember_outage_fire(
-                _OutageFire(
+                OutageFire(
                     due.name,
                     fire.slot,
                     fire.reason,
@@ -384,7 +366,7 @@ class Engine:
                 give_up = recovery.give_up_at(
                     fire.slot, fire.next_fire_at, due.catch_up, due.catch_up_window
                 )
-                self.retries.add(claim, give_up, now, outage or "not sent")
+                self.retry_later(claim, give_up, now, outage or "not sent")
             for claim in sent:
                 self._log_fire(claim)
                 if claim.run_id is not None:
@@ -458,6 +440,13 @@ class Engine:
         for error, run_ids in by_error.items():
             mark_unpublishable(run_ids, error, now)
 
+    def retry_later(
+        self, claim: Claim, give_up_at: dt.datetime, now: dt.datetime, error: str
+    ) -> None:
+        """Keep a claim the broker did not take (R5): retried with backoff until
+        ``give_up_at``, then recorded as missed."""
+        self.retries.add(claim, give_up_at, now, error)
+
     def try_publish(self, claim: Claim, now: dt.datetime) -> Refused | None:
         """Publish one claim; why it did not go out, or None when it went out."""
         refused = self._send(claim)
@@ -501,20 +490,20 @@ class Engine:
             },
         )
 
-    def _bad_row(self, schedule_id: int, name: str, message: str) -> None:
+    def set_aside(self, schedule_id: int, name: str, why: str) -> None:
         """R20, R21: set a row aside with its error, in a savepoint of its own."""
-        key = (schedule_id, message)
+        key = (schedule_id, why)
         if key not in self._bad_logged:
             self._bad_logged.add(key)
             logger.error(
                 "schedule %s is invalid and is skipped (other schedules keep firing): %s",
                 name,
-                message,
+                why,
                 extra={"event": "bad_schedule", "schedule": name},
             )
         try:
             with transaction.atomic():
-                set_aside(schedule_id, message)
+                due_query.set_aside(schedule_id, why)
         except Exception as exc:
             if not is_row_error(exc):
                 raise
@@ -539,39 +528,7 @@ class Engine:
             planned.reason = reason
 
     def _reconcile_outage(self, now: dt.datetime) -> None:
-        done = 0
-        while self.outage_fires:
-            f = self.outage_fires[0]
-            try:
-                reconcile_outage_fire(
-                    f.schedule,
-                    f.slot,
-                    f.reason,
-                    f.task_id,
-                    f.published_at,
-                    f.next_fire_at,
-                    self.boot_id,
-                    now,
-                )
-            except Exception as exc:
-                if not is_row_error(exc):
-                    raise
-                # R21: one fire the ledger refuses never holds the rest of the reconciliation.
-                logger.exception(
-                    "could not write fire schedule=%s slot=%s from the outage: %s",
-                    f.schedule,
-                    f.slot.isoformat(),
-                    exc,
-                    extra={"event": "outage_reconcile_failed", "schedule": f.schedule},
-                )
-            self.outage_fires.popleft()  # written: not again if the database drops mid-way
-            done += 1
-        if done:
-            logger.info(
-                "ledger reconciled after database outage: %d fires written",
-                done,
-                extra={"event": "outage_reconciled", "count": done},
-            )
+        write_fires(self.outage_fires, self.boot_id, now)
         self._say_dropped(now, force=True)
         # Each fire moved its schedule's next fire on (never back); a schedule that did not
         # fire keeps what is stored, even when memory planned a grace at a boot without the
@@ -617,13 +574,20 @@ class Engine:
                 planned.next_fire_at = None
                 continue
             claim = Claim(
-                None, str(uuid.uuid4()), None, name, slot, planned.reason, self.boot_id, message
+                run_id=None,
+                task_id=str(uuid.uuid4()),
+                schedule_id=None,
+                schedule=name,
+                slot=slot,
+                reason=planned.reason,
+                boot_id=self.boot_id,
+                message=message,
             )
             published = self.try_publish(claim, now) is None
             planned.next_fire_at = nxt
             planned.reason = Reason.SCHEDULED
             self._remember_outage_fire(
-                _OutageFire(
+                OutageFire(
                     name,
                     slot,
                     claim.reason,
@@ -654,7 +618,7 @@ class Engine:
             self._dropped += 1
         return later
 
-    def _remember_outage_fire(self, fire: _OutageFire, now: dt.datetime) -> None:
+    def _remember_outage_fire(self, fire: OutageFire, now: dt.datetime) -> None:
         """Keep a fire for the ledger; a full memory drops its oldest (R21)."""
         if len(self.outage_fires) >= MAX_OUTAGE_FIRES:
             self.outage_fires.popleft()

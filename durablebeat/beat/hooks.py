@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from ..worker.reclaim import OrphanReclaim
-from .engine import Hook
+from .loop import Hook
+from .recovery import InDoubtResend
 
 
 def default_hooks() -> list[Hook]:
-    """A fresh set per engine: orphan reclaim (R13, R15) is part of the loop itself."""
-    return [OrphanReclaim()]
+    """A fresh set per engine, in the order the loop runs them (after the publish retries):
+    the in-doubt resend (R9), then orphan reclaim (R13, R15)."""
+    return [InDoubtResend(), OrphanReclaim()]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import logging
 import uuid
+from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 
@@ -14,8 +16,60 @@ from ..models import (
     Schedule,
 )
 from .boots import incident
+from .due import is_row_error
 
 logger = logging.getLogger("durablebeat")
+
+
+@dataclass
+class OutageFire:
+    """A fire beat sent from memory, kept until the ledger can be written (R5)."""
+
+    schedule: str
+    slot: dt.datetime
+    reason: str
+    task_id: str
+    published_at: dt.datetime | None
+    next_fire_at: dt.datetime | None
+
+
+def write_fires(fires: collections.deque[OutageFire], boot_id: uuid.UUID, now: dt.datetime) -> int:
+    """Write the fires kept in memory, oldest first, each taken off once written (not again
+    if the database drops mid-way). Returns how many."""
+    done = 0
+    while fires:
+        f = fires[0]
+        try:
+            reconcile_outage_fire(
+                f.schedule,
+                f.slot,
+                f.reason,
+                f.task_id,
+                f.published_at,
+                f.next_fire_at,
+                boot_id,
+                now,
+            )
+        except Exception as exc:
+            if not is_row_error(exc):
+                raise
+            # R21: one fire the ledger refuses never holds the rest of the reconciliation.
+            logger.exception(
+                "could not write fire schedule=%s slot=%s from the outage: %s",
+                f.schedule,
+                f.slot.isoformat(),
+                exc,
+                extra={"event": "outage_reconcile_failed", "schedule": f.schedule},
+            )
+        fires.popleft()
+        done += 1
+    if done:
+        logger.info(
+            "ledger reconciled after database outage: %d fires written",
+            done,
+            extra={"event": "outage_reconciled", "count": done},
+        )
+    return done
 
 
 def reconcile_outage_fire(

@@ -15,17 +15,14 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .. import conf
 from ..core import clock, timing
 from ..enums import Reason
+from ..models import Run
 from .claims import in_doubt_runs, mark_missed, mark_published, take_over
 from .due import Claim, Message, is_row_error
-
-if TYPE_CHECKING:
-    from ..models import Run
-    from .engine import Engine
+from .loop import Loop
 
 logger = logging.getLogger("durablebeat")
 
@@ -59,19 +56,19 @@ class Retries:
     def next_wake(self) -> dt.datetime | None:
         return min((p.next_try for p in self.pending.values()), default=None)
 
-    def run(self, engine: Engine, now: dt.datetime) -> None:
+    def run(self, loop: Loop, now: dt.datetime) -> None:
         """Try what is due; stop at the first outage (the broker is still down). A message
         refused for its own content fails its slot and the others are still tried (R21)."""
         published: list[int] = []
         refused: list[tuple[Claim, str]] = []
         for key, item in sorted(self.pending.items(), key=lambda kv: kv[1].claim.slot):
             if now >= item.give_up_at:
-                self._give_up(engine, item, now)
+                self._give_up(loop, item, now)
                 del self.pending[key]
                 continue
             if item.next_try > now:
                 continue
-            failure = engine.try_publish(item.claim, now)
+            failure = loop.try_publish(item.claim, now)
             if failure is None:
                 if item.claim.run_id is not None:
                     published.append(item.claim.run_id)
@@ -88,10 +85,10 @@ class Retries:
                 other.next_try = max(other.next_try, item.next_try)
             break
         mark_published(published, now)
-        engine.unpublishable(refused, now)
+        loop.unpublishable(refused, now)
 
     @staticmethod
-    def _give_up(engine: Engine, item: PendingPublish, now: dt.datetime) -> None:
+    def _give_up(loop: Loop, item: PendingPublish, now: dt.datetime) -> None:
         detail = (
             f"broker unreachable: not published after {item.attempts} attempts ({item.error})"
         )[:300]
@@ -102,7 +99,7 @@ class Retries:
             item.claim.schedule,
             item.claim.slot.isoformat(),
             detail,
-            extra={"event": "missed", "schedule": item.claim.schedule, "boot": str(engine.boot_id)},
+            extra={"event": "missed", "schedule": item.claim.schedule, "boot": str(loop.boot_id)},
         )
 
 
@@ -116,31 +113,37 @@ def give_up_at(
     return next_fire_at
 
 
-def resend_in_doubt(engine: Engine, now: dt.datetime) -> None:
-    """R9, a loop hook: settle the claims that dead boots left without a confirmed publish."""
-    last = engine.in_doubt_looked_at
-    if last is not None and now - last < IN_DOUBT_EVERY:
-        return
-    engine.in_doubt_looked_at = now
-    s = conf.settings
-    stale_before = now - s.HEARTBEAT_STALE_AFTER
-    for run in in_doubt_runs(engine.boot_id, stale_before):
-        try:
-            _settle_in_doubt(engine, run, now)
-        except Exception as exc:  # R21: one run's values never stop the others
-            if not is_row_error(exc):
-                raise
-            logger.error(
-                "in-doubt run %s of schedule %s could not be settled: %s: %s",
-                run.pk,
-                run.schedule.name,
-                type(exc).__name__,
-                exc,
-                extra={"event": "in_doubt_failed", "schedule": run.schedule.name},
-            )
+class InDoubtResend:
+    """R9, a loop hook: settle the claims that dead boots left without a confirmed publish,
+    looking at most every ``IN_DOUBT_EVERY``."""
+
+    def __init__(self) -> None:
+        self.looked_at: dt.datetime | None = None
+
+    def __call__(self, loop: Loop, now: dt.datetime) -> None:
+        last = self.looked_at
+        if last is not None and now - last < IN_DOUBT_EVERY:
+            return
+        self.looked_at = now
+        s = conf.settings
+        stale_before = now - s.HEARTBEAT_STALE_AFTER
+        for run in in_doubt_runs(loop.boot_id, stale_before):
+            try:
+                _settle_in_doubt(loop, run, now)
+            except Exception as exc:  # R21: one run's values never stop the others
+                if not is_row_error(exc):
+                    raise
+                logger.error(
+                    "in-doubt run %s of schedule %s could not be settled: %s: %s",
+                    run.pk,
+                    run.schedule.name,
+                    type(exc).__name__,
+                    exc,
+                    extra={"event": "in_doubt_failed", "schedule": run.schedule.name},
+                )
 
 
-def _settle_in_doubt(engine: Engine, run: Run, now: dt.datetime) -> None:
+def _settle_in_doubt(loop: Loop, run: Run, now: dt.datetime) -> None:
     s = conf.settings
     schedule = run.schedule
     window = schedule.catch_up_window or s.CATCH_UP_WINDOW
@@ -167,24 +170,24 @@ def _settle_in_doubt(engine: Engine, run: Run, now: dt.datetime) -> None:
         why = (
             str(exc) if isinstance(exc, timing.InvalidSchedule) else f"{type(exc).__name__}: {exc}"
         )
-        engine._bad_row(schedule.pk, schedule.name, why)
+        loop.set_aside(schedule.pk, schedule.name, why)
         return  # settled once the row is fixed, inside its window
-    if not take_over(run.pk, old_boot, engine.boot_id):
+    if not take_over(run.pk, old_boot, loop.boot_id):
         return  # another beat took it
     claim = Claim(
-        run.pk,
-        run.task_id or "",
-        schedule.pk,
-        schedule.name,
-        run.slot,
-        Reason.REPUBLISH,
-        engine.boot_id,
-        message,
+        run_id=run.pk,
+        task_id=run.task_id or "",
+        schedule_id=schedule.pk,
+        schedule=schedule.name,
+        slot=run.slot,
+        reason=Reason.REPUBLISH,
+        boot_id=loop.boot_id,
+        message=message,
     )
-    failure = engine.try_publish(claim, now)
+    failure = loop.try_publish(claim, now)
     if failure is None:
         mark_published([run.pk], now)
     elif not failure.outage:
-        engine.unpublishable([(claim, failure.error)], now)
+        loop.unpublishable([(claim, failure.error)], now)
     else:
-        engine.retries.add(claim, clock.shift(run.slot, window), now, "broker unreachable")
+        loop.retry_later(claim, clock.shift(run.slot, window), now, "broker unreachable")

@@ -25,7 +25,7 @@ import datetime as dt
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F, Q
@@ -34,13 +34,11 @@ from .. import conf
 from ..beat import claims
 from ..beat.boots import incident
 from ..beat.claims import worker_seen_at
+from ..beat.loop import Loop
 from ..core.policy import StartedRun, news_overdue, no_news_bound, reclaim_reason
 from ..enums import RunState
 from ..models import Marker, Run, WorkerHeartbeat
 from . import completion
-
-if TYPE_CHECKING:
-    from ..beat.engine import Engine
 
 logger = logging.getLogger("durablebeat")
 
@@ -63,7 +61,7 @@ class OrphanReclaim:
     next_look: dt.datetime | None = None
     rounds: int = 0
 
-    def __call__(self, engine: Engine, now: dt.datetime) -> None:
+    def __call__(self, loop: Loop, now: dt.datetime) -> None:
         if self.next_look is not None and now < self.next_look:
             return
         every = conf.settings.GC_INTERVAL
@@ -74,7 +72,7 @@ class OrphanReclaim:
         self.next_look = now + every
         self.rounds += 1
         try:
-            run_round(now, engine.boot_id)
+            run_round(now, loop.boot_id)
         except DatabaseError:
             raise  # the engine falls back to memory and retries the database
         except Exception:  # a bug here must never stop the firing
