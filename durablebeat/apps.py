@@ -7,6 +7,7 @@ class DurablebeatConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Imported once the app registry is ready: both import the models.
         from . import checks
         from .worker import tracking
 

@@ -9,6 +9,8 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from . import conf
+from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
+from .beat.dberrors import unsupported_backend
 
 SCHEDULER_PATH = "durablebeat.schedulers:DurableScheduler"
 
@@ -135,8 +137,6 @@ def check_scheduler_configured(**kwargs: Any) -> list[checks.CheckMessage]:
 
 
 def check_code_schedules(**kwargs: Any) -> list[checks.CheckMessage]:
-    from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
-
     app = _celery_app()
     try:
         # Task names are checked when beat boots: importing task modules from inside a
@@ -149,8 +149,6 @@ def check_code_schedules(**kwargs: Any) -> list[checks.CheckMessage]:
 
 def check_database_backend(**kwargs: Any) -> list[checks.CheckMessage]:
     """R23: a backend durablebeat does not support is refused before beat starts."""
-    from .beat.dberrors import unsupported_backend
-
     problem = unsupported_backend()
     if problem is None:
         return []

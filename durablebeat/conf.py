@@ -16,8 +16,13 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
-from . import validation as v
-
+#: ``startup_grace`` (per schedule, ``validation``, and the setting): 0 (fire at once) to a week
+MAX_STARTUP_GRACE = dt.timedelta(days=7)
+#: ``catch_up_window`` (per schedule and the setting): more than 0, at most a year
+MAX_CATCH_UP_WINDOW = dt.timedelta(days=366)
+#: ``DURABLEBEAT_MAX_MESSAGE_BYTES``: args, kwargs and headers together, serialised as JSON
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024
+MIN_MAX_MESSAGE_BYTES, MAX_MAX_MESSAGE_BYTES = 1024, 16 * 1024 * 1024
 ZERO = dt.timedelta(0)
 MINUTE = dt.timedelta(minutes=1)
 HOUR = dt.timedelta(hours=1)
@@ -102,7 +107,7 @@ class Settings:
     @property
     def STARTUP_GRACE(self) -> dt.timedelta:
         """Delay before a new or overdue interval schedule fires at boot (R2). Per schedule."""
-        return self._duration("STARTUP_GRACE", 60, high=v.MAX_STARTUP_GRACE)
+        return self._duration("STARTUP_GRACE", 60, high=MAX_STARTUP_GRACE)
 
     @property
     def MAX_INTERVAL(self) -> float:
@@ -133,7 +138,7 @@ class Settings:
     @property
     def CATCH_UP_WINDOW(self) -> dt.timedelta:
         """Default for a delivery schedule: how old a missed slot may be and still fire (R8)."""
-        return self._duration("CATCH_UP_WINDOW", 55 * 60, low_open=True, high=v.MAX_CATCH_UP_WINDOW)
+        return self._duration("CATCH_UP_WINDOW", 55 * 60, low_open=True, high=MAX_CATCH_UP_WINDOW)
 
     @property
     def CATCH_UP_SETTLE(self) -> dt.timedelta:
@@ -221,7 +226,8 @@ class Settings:
         value = self._get("METRICS_TOKEN", "")
         if value is None:
             return ""
-        if not isinstance(value, str) or v.line_error(value) is not None:
+        # one printable line, as ``validation.line_error`` asks of a row's text
+        if not isinstance(value, str) or not value.isprintable():
             raise InvalidSetting(
                 f"DURABLEBEAT_METRICS_TOKEN must be one line of text, got {value!r}"
             )
@@ -239,9 +245,9 @@ class Settings:
         """Largest a schedule's args, kwargs and headers may be together, as JSON (R21)."""
         return self._int(
             "MAX_MESSAGE_BYTES",
-            v.DEFAULT_MAX_MESSAGE_BYTES,
-            low=v.MIN_MAX_MESSAGE_BYTES,
-            high=v.MAX_MAX_MESSAGE_BYTES,
+            DEFAULT_MAX_MESSAGE_BYTES,
+            low=MIN_MAX_MESSAGE_BYTES,
+            high=MAX_MAX_MESSAGE_BYTES,
         )
 
 

@@ -19,6 +19,7 @@ from django.utils.dateparse import parse_duration as django_parse_duration
 
 from .enums import Reason
 from .models import MESSAGE_FIELDS, POLICY_FIELDS, TIMING_FIELDS, Schedule
+from .ops.words import parse_duration
 from .validation import DEPTH_ERROR, known_task_names, text_error
 
 #: fields a code-defined schedule takes from ``beat_schedule`` at every boot (codesync)
@@ -84,8 +85,6 @@ class FlexibleDurationField(forms.DurationField):
     }
 
     def to_python(self, value: Any) -> dt.timedelta | None:
-        from .ops.words import parse_duration
-
         if value in self.empty_values:
             return None
         if isinstance(value, dt.timedelta):

@@ -12,6 +12,7 @@ from django.db.models import Q
 
 from .core import timing
 from .enums import Kind, Overlap, Reason, RunState, Source
+from .validation import validate_schedule_fields
 
 #: A schedule's fields by what they are about: the one place that names them together (the
 #: due query, the form, the admin and the code sync read these).
@@ -241,8 +242,6 @@ class Schedule(models.Model):
             self.kind, self.clocked_at = Kind.CLOCKED, spec.at
 
     def clean(self) -> None:
-        from .validation import validate_schedule_fields
-
         errors = validate_schedule_fields(self)
         if errors:
             raise ValidationError(errors)

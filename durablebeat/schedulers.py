@@ -20,6 +20,7 @@ from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
 from .beat.dberrors import DatabaseUnusable
 from .beat.due import Claim
 from .beat.engine import MIN_SLEEP, PUBLISH_GROUP, Engine
+from .beat.hooks import default_hooks
 from .core import clock
 
 logger = logging.getLogger("durablebeat")
@@ -46,8 +47,6 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
 
         django.setup()
         entries = parse_beat_schedule(self.app.conf.beat_schedule or {}, celery_timezone(self.app))
-        from .beat.hooks import default_hooks
-
         self._engine = Engine(
             code_entries=entries,
             publish=self._send,

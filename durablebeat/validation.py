@@ -23,6 +23,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
+from .conf import MAX_CATCH_UP_WINDOW, MAX_STARTUP_GRACE, settings
 from .core import timing
 
 if TYPE_CHECKING:
@@ -85,10 +86,6 @@ MAX_EVERY = dt.timedelta(days=36525)
 #: UTC, far from ``datetime.min``/``max`` whatever beat adds to it (see the module doc)
 MIN_INSTANT = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 MAX_INSTANT = dt.datetime(2200, 1, 1, tzinfo=dt.UTC)
-#: ``startup_grace`` (per schedule and the setting): 0 (fire at once) to a week
-MAX_STARTUP_GRACE = dt.timedelta(days=7)
-#: ``catch_up_window`` (per schedule and the setting): more than 0, at most a year
-MAX_CATCH_UP_WINDOW = dt.timedelta(days=366)
 #: ``expire_seconds``: finite, more than 0, at most a year (Celery adds it to the send
 #: time; 10**12 s overflows the broker client's date arithmetic)
 MAX_EXPIRE_SECONDS = 366 * 86400.0
@@ -100,9 +97,6 @@ MAX_JSON_DEPTH = 32
 #: one wording whichever refuses the depth (the form's parser or the walk below): where the
 #: parser's recursion gives out depends on the Python (3.13 parses 5,000 levels, 3.11 not)
 DEPTH_ERROR = f"is nested deeper than {MAX_JSON_DEPTH} levels"
-#: ``DURABLEBEAT_MAX_MESSAGE_BYTES``: args, kwargs and headers together, serialised as JSON
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024
-MIN_MAX_MESSAGE_BYTES, MAX_MAX_MESSAGE_BYTES = 1024, 16 * 1024 * 1024
 #: ``time_limit`` and ``soft_time_limit``: finite, more than 0, at most a year (the worker
 #: arms a timer with it, and the orphan reclaim adds it to a run's start, R15)
 MAX_TIME_LIMIT = 366 * 86400.0
@@ -272,8 +266,6 @@ def _json_size(value: Any, expected: type, what: str) -> tuple[str | None, int]:
 
 
 def _message_errors(schedule: Schedule) -> dict[str, str]:
-    from .conf import settings
-
     errors: dict[str, str] = {}
     sizes: dict[str, int] = {}
     for name, (expected, what) in JSON_SHAPES.items():

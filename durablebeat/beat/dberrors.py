@@ -20,7 +20,10 @@ import logging
 import uuid
 from typing import Any
 
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db.models import F
+
+from ..models import Boot, Incident
 
 logger = logging.getLogger("durablebeat")
 
@@ -179,11 +182,6 @@ class Reporter:
 
 
 def record(text: str, boot_id: uuid.UUID, now: dt.datetime) -> None:
-    from django.db import transaction
-    from django.db.models import F
-
-    from ..models import Boot, Incident
-
     with transaction.atomic():
         boot = boot_id if Boot.objects.filter(pk=boot_id).exists() else None
         same = Incident.objects.filter(kind=KIND, boot_id=boot, detail=text)
@@ -194,8 +192,6 @@ def record(text: str, boot_id: uuid.UUID, now: dt.datetime) -> None:
 def recent(now: dt.datetime) -> list[tuple[str, int, dt.datetime, str]]:
     """The recurring errors beats reported within ``REPORTED_FOR`` before ``now``:
     (error, times reported, last reported, the beat's host:pid or '')."""
-    from ..models import Incident
-
     rows = (
         Incident.objects.filter(kind=KIND, at__gte=now - REPORTED_FOR, at__lte=now)
         .select_related("boot")

@@ -91,9 +91,9 @@ def due_from_row(row: Schedule) -> Due:
     policy adds them to instants, so they are bounded here as they are at entry."""
     s = conf.settings
     own_grace, own_window = row.startup_grace, row.catch_up_window
-    if own_grace is not None and not ZERO <= own_grace <= validation.MAX_STARTUP_GRACE:
+    if own_grace is not None and not ZERO <= own_grace <= conf.MAX_STARTUP_GRACE:
         raise timing.InvalidSchedule("startup_grace", f"out of its range: {own_grace}")
-    if own_window is not None and not ZERO < own_window <= validation.MAX_CATCH_UP_WINDOW:
+    if own_window is not None and not ZERO < own_window <= conf.MAX_CATCH_UP_WINDOW:
         raise timing.InvalidSchedule("catch_up_window", f"out of its range: {own_window}")
     grace = own_grace if own_grace is not None else s.STARTUP_GRACE
     window = own_window or s.CATCH_UP_WINDOW

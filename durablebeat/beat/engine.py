@@ -25,6 +25,7 @@ from .. import conf
 from ..core import clock, timing
 from ..core.policy import Defer, Due, Fire, Miss, decide
 from ..enums import Reason
+from ..models import Schedule
 from . import boots, dberrors, notify, publishing, recovery
 from . import due as due_query
 from .claims import apply_defer, apply_miss, mark_published, mark_unpublishable
@@ -517,8 +518,6 @@ class Engine:
     def _refresh_plan(self) -> None:
         """Keep the memory of code schedules close to the database, for an outage: a
         schedule disabled or set aside as bad there is not fired from memory either."""
-        from ..models import Schedule
-
         stored = Schedule.objects.filter(name__in=list(self.plan)).values_list(
             "name", "next_fire_at", "next_fire_reason", "enabled", "error"
         )

@@ -22,7 +22,9 @@ from django.db.models import Count, Max, Min, Q, QuerySet
 from django.db.models.functions import Coalesce
 
 from .. import conf
+from ..beat import dberrors
 from ..beat.claims import UNPUBLISHABLE
+from ..checks import setting_names
 from ..core import timing
 from ..enums import Kind, RunState
 from ..models import TIMING_FIELDS, Boot, Run, Schedule
@@ -463,8 +465,6 @@ def find_database_errors(now: dt.datetime) -> list[Finding]:
     """R23: a database error a beat met that recurs on every try (a feature the server
     refuses, a missing table, a permission): schedules in the database are not firing, and
     waiting will not help. Reported while a beat keeps meeting it (``dberrors``)."""
-    from ..beat import dberrors
-
     return [
         Finding(
             "database_error",
@@ -519,8 +519,6 @@ def invalid_settings() -> dict[str, str]:
     """{``DURABLEBEAT_*`` name: why it is invalid} for every setting ``conf`` refuses; the
     same reading as the system check ``durablebeat.E002``, for the processes (gunicorn,
     this command) where system checks do not run."""
-    from ..checks import setting_names
-
     bad = {}
     for name in setting_names():
         try:

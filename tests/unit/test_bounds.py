@@ -78,7 +78,7 @@ def row(**fields) -> Schedule:
         ({"args": [math.inf]}, "args", "JSON"),
         ({"kwargs": {"x": deep(v.MAX_JSON_DEPTH)}}, "kwargs", "nested deeper"),
         ({"args": deep(5000)}, "args", "nested deeper"),
-        ({"headers": {"h": "x" * v.DEFAULT_MAX_MESSAGE_BYTES}}, "headers", "MAX_MESSAGE_BYTES"),
+        ({"headers": {"h": "x" * conf.DEFAULT_MAX_MESSAGE_BYTES}}, "headers", "MAX_MESSAGE_BYTES"),
         ({"name": "job\nfire schedule=other"}, "name", "one printable line"),
         ({"task": "t\x1b[2J"}, "task", "one printable line"),
         ({"queue": "q\u2028x"}, "queue", "one printable line"),
@@ -121,7 +121,7 @@ def test_a_value_out_of_its_range_is_refused_naming_the_field(fields, field, wor
         {"priority": v.MAX_PRIORITY},
         {"kwargs": {"x": deep(v.MAX_JSON_DEPTH - 1)}},
         # exactly at the cap: args [] and kwargs {} are 2 bytes each, headers the rest
-        {"headers": {"h": "x" * (v.DEFAULT_MAX_MESSAGE_BYTES - 4 - len('{"h": ""}'))}},
+        {"headers": {"h": "x" * (conf.DEFAULT_MAX_MESSAGE_BYTES - 4 - len('{"h": ""}'))}},
         {"name": "Morning digest — 08:00 ☕", "queue": "mail.high"},
         {"time_limit": v.MIN_SECONDS, "expire_seconds": v.MIN_SECONDS},
         {"exchange_type": "headers"},
@@ -230,7 +230,7 @@ def test_edge_values_of_settings_are_accepted(settings):
     settings.DURABLEBEAT_STARTUP_GRACE = 0
     settings.DURABLEBEAT_MAX_INTERVAL = 0.1
     settings.DURABLEBEAT_BATCH_SIZE = 1
-    settings.DURABLEBEAT_MAX_MESSAGE_BYTES = v.MAX_MAX_MESSAGE_BYTES
+    settings.DURABLEBEAT_MAX_MESSAGE_BYTES = conf.MAX_MAX_MESSAGE_BYTES
     settings.DURABLEBEAT_METRICS_TOKEN = None
     assert db_checks.check_settings() == []
     assert dt.timedelta(0) == conf.settings.STARTUP_GRACE
