@@ -1,4 +1,4 @@
-"""durablebeat at scale: the real ``celery beat`` process, PostgreSQL and Redis, N schedules.
+"""durablebeat at scale: the real ``celery beat`` process, PostgreSQL (or MariaDB) and Redis.
 
     .venv/bin/python -m benchmarks.bench --quick           # N = 1,000 and 10,000, 3 runs
     .venv/bin/python -m benchmarks.bench -n 1000 10000 100000 --repeats 5 --beats 2 4
@@ -7,7 +7,8 @@ Prints, for each N, the median and the spread (min..max) over the repeated runs,
 floors measured in the same run and the ratio to them. Nothing here is asserted: the figures
 are for people (benchmarks/README.md). It uses its own PostgreSQL database
 (``durablebeat_bench``, created and migrated here) and Redis db 13; override with
-``BENCH_DATABASE_URL`` / ``BENCH_BROKER_URL``.
+``BENCH_DATABASE_URL`` / ``BENCH_BROKER_URL`` (a ``mysql://`` URL: MariaDB/MySQL, the
+database created there; its idle figures are then server-wide, from ``SHOW GLOBAL STATUS``).
 """
 
 from __future__ import annotations
@@ -43,12 +44,23 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
 
 
 def create_database() -> None:
-    import psycopg
-
     url = os.environ.get(
         "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/durablebeat_bench"
     )
     name = url.rsplit("/", 1)[1]
+    if url.startswith("mysql"):
+        import dj_database_url
+        import MySQLdb
+
+        c = dj_database_url.parse(url)
+        server = MySQLdb.connect(
+            host=c["HOST"], port=int(c["PORT"] or 3306), user=c["USER"], password=c["PASSWORD"]
+        )
+        server.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4")
+        server.close()
+        return
+    import psycopg
+
     with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
             conn.execute(f'CREATE DATABASE "{name}"')
@@ -78,11 +90,16 @@ def populate(n: int) -> None:
 
     from durablebeat.models import Schedule
 
+    tables = ["run", "missedslots", "incident", "boot", "schedule", "marker"]
     with connection.cursor() as cur:
-        cur.execute(
-            "TRUNCATE durablebeat_run, durablebeat_missedslots, durablebeat_incident, "
-            "durablebeat_boot, durablebeat_schedule, durablebeat_marker RESTART IDENTITY CASCADE"
-        )
+        if connection.vendor == "mysql":  # one table per TRUNCATE, foreign keys unchecked
+            cur.execute("SET FOREIGN_KEY_CHECKS = 0")
+            for table in tables:
+                cur.execute(f"TRUNCATE durablebeat_{table}")
+            cur.execute("SET FOREIGN_KEY_CHECKS = 1")
+        else:
+            names = ", ".join(f"durablebeat_{t}" for t in tables)
+            cur.execute(f"TRUNCATE {names} RESTART IDENTITY CASCADE")
     far = now() + FAR
     Schedule.objects.bulk_create(
         (
@@ -99,7 +116,11 @@ def populate(n: int) -> None:
         batch_size=5000,
     )
     with connection.cursor() as cur:
-        cur.execute("VACUUM ANALYZE durablebeat_schedule")
+        if connection.vendor == "mysql":
+            cur.execute("ANALYZE TABLE durablebeat_schedule")
+            cur.fetchall()
+        else:
+            cur.execute("VACUUM ANALYZE durablebeat_schedule")
 
 
 def reset(due_at: dt.datetime | None = None, names: list[str] | None = None) -> None:
@@ -113,9 +134,10 @@ def reset(due_at: dt.datetime | None = None, names: list[str] | None = None) -> 
     Schedule.objects.filter(next_fire_at__lt=now() + FAR / 2).update(
         next_fire_at=now() + FAR, stuck_since=None, stuck_reason=""
     )
-    with connection.cursor() as cur:
-        cur.execute("VACUUM durablebeat_schedule")
-        cur.execute("VACUUM durablebeat_run")
+    if connection.vendor == "postgresql":  # InnoDB purges old row versions by itself
+        with connection.cursor() as cur:
+            cur.execute("VACUUM durablebeat_schedule")
+            cur.execute("VACUUM durablebeat_run")
     if due_at is not None:
         Schedule.objects.filter(name__in=names or []).update(next_fire_at=due_at)
 
@@ -202,7 +224,12 @@ def pg_write_floor(count: int = 2000) -> float:
 
     with connection.cursor() as cur:
         cur.execute("CREATE TABLE IF NOT EXISTS bench_floor (id int PRIMARY KEY, v bigint)")
-        cur.execute("INSERT INTO bench_floor VALUES (1, 0) ON CONFLICT DO NOTHING")
+        ignore = (
+            ("INSERT IGNORE", "")
+            if connection.vendor == "mysql"
+            else ("INSERT", " ON CONFLICT DO NOTHING")
+        )
+        cur.execute(f"{ignore[0]} INTO bench_floor VALUES (1, 0){ignore[1]}")
         start = time.perf_counter()
         for _ in range(count):
             cur.execute("UPDATE bench_floor SET v = v + 1 WHERE id = 1")
@@ -253,6 +280,14 @@ def pg_stats() -> tuple[int, int]:
     from django.db import connection
 
     with connection.cursor() as cur:
+        if connection.vendor == "mysql":  # server-wide: no per-database counters there
+            cur.execute(
+                "SHOW GLOBAL STATUS WHERE Variable_name IN "
+                "('Com_commit', 'Com_rollback', 'Rows_read', 'Innodb_rows_read')"
+            )
+            status = {name: int(value) for name, value in cur.fetchall()}
+            rows = status.get("Rows_read", status.get("Innodb_rows_read", 0))  # MariaDB's, MySQL's
+            return status["Com_commit"] + status["Com_rollback"], rows
         cur.execute("SELECT pg_stat_clear_snapshot()")
         cur.execute(
             "SELECT xact_commit + xact_rollback, tup_returned + tup_fetched "
@@ -448,7 +483,7 @@ def main() -> None:
         floors["beat_rss"].append(celery_beat_rss())
     print("\nfloors")
     row("send_task msgs/s, one process", floors["send_task"])
-    row("PostgreSQL single-row writes/s", floors["pg_write"])
+    row("database single-row writes/s", floors["pg_write"])
     row("fresh process -> one message (s)", floors["restart"])
     row("fresh process peak RSS (MiB)", floors["rss"])
     row("celery's own beat peak RSS (MiB)", floors["beat_rss"])
