@@ -35,6 +35,9 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         self._engine: Engine | None = None
         self._listener = notify.Listener()
         self._closed = False
+        #: inside the engine's tick: a SIGTERM handler must not write on the connection a
+        #: query of the tick is using (it waits for itself for ever)
+        self._ticking = False
         kwargs.pop("schedule_filename", None)
         super().__init__(app, *args, lazy=True, **kwargs)
         self.max_interval = min(float(self.max_interval), conf.settings.MAX_INTERVAL)
@@ -63,6 +66,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         return self._engine
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
+        self._ticking = True
         try:
             interval = self.engine.tick(clock.now())
         except BadEntry:
@@ -75,6 +79,8 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             # Beat must never exit because of one bad tick (R5): log and look again soon.
             logger.exception("beat tick failed", extra={"event": "tick_failed"})
             return max(MIN_SLEEP, float(self.max_interval))  # never a busy loop (R21)
+        finally:
+            self._ticking = False
         if interval > 0 and self.engine.db_ok and self._listener.available():
             self._listener.wait(interval)  # woken early by a schedule change (R6)
             return 0.0
@@ -103,7 +109,9 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         """Nothing to write: every change is written when it happens."""
 
     def close(self) -> None:
-        if self._closed:
+        if self._closed or self._ticking:
+            # Called from Celery's SIGTERM handler part-way through a tick: the SystemExit it
+            # raises next unwinds the tick, and beat's own ``finally`` closes again.
             return
         self._closed = True
         self._listener.close()

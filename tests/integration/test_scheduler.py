@@ -141,3 +141,24 @@ def test_a_plain_crontab_reads_in_the_zone_celerys_own_beat_uses(settings, conf,
         check_task=False,
     )
     assert entry.spec.timezone == expected
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sigterm_part_way_through_a_tick_writes_nothing_until_the_tick_unwinds(monkeypatch):
+    """Celery's SIGTERM handler calls close() inside whatever the tick is doing; a write on
+    the connection a query of the tick is using waited for itself for ever (beat did not stop
+    within 20 s in an e2e run). Beat's own ``finally`` closes again once the tick unwound."""
+    scheduler = DurableScheduler(app)
+    stops: list[object] = []
+    monkeypatch.setattr(scheduler.engine, "close", lambda now: stops.append(now))
+
+    def tick(now):
+        scheduler.close()  # the signal arrives here
+        assert stops == []
+        raise SystemExit
+
+    monkeypatch.setattr(scheduler.engine, "tick", tick)
+    with pytest.raises(SystemExit):
+        scheduler.tick()
+    scheduler.close()  # Service.start's finally
+    assert len(stops) == 1
