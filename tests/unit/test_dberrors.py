@@ -41,19 +41,28 @@ def my(code: int, message: str = "") -> DatabaseError:
 
 
 def _sqlite_error(tmp_path: Path, what: str) -> DatabaseError:
-    if what == "cantopen":
-        run = lambda: sqlite3.connect(tmp_path / "no-such-dir" / "db.sqlite3")  # noqa: E731
-    elif what == "busy":
-        path = tmp_path / "db.sqlite3"
-        holder = sqlite3.connect(path, isolation_level=None)
-        holder.execute("BEGIN EXCLUSIVE")
-        run = lambda: sqlite3.connect(path, timeout=0).execute("SELECT 1 FROM sqlite_master")  # noqa: E731
-    else:
-        run = lambda: sqlite3.connect(":memory:").execute("SELECT * FROM no_such_table")  # noqa: E731
+    """A real sqlite3 error; every connection opened for it is closed (Python 3.13 warns
+    about one left to the garbage collector, and warnings are errors here)."""
+    opened: list[sqlite3.Connection] = []
+
+    def connect(*args: object, **kwargs: object) -> sqlite3.Connection:
+        opened.append(sqlite3.connect(*args, **kwargs))  # type: ignore[arg-type]
+        return opened[-1]
+
     try:
-        run()
+        if what == "cantopen":
+            connect(tmp_path / "no-such-dir" / "db.sqlite3")
+        elif what == "busy":
+            path = tmp_path / "db.sqlite3"
+            connect(path, isolation_level=None).execute("BEGIN EXCLUSIVE")
+            connect(path, timeout=0).execute("SELECT 1 FROM sqlite_master")
+        else:
+            connect(":memory:").execute("SELECT * FROM no_such_table")
     except sqlite3.Error as exc:
         return _through_django(exc, sqlite3)
+    finally:
+        for connection in opened:
+            connection.close()
     raise AssertionError("no error")
 
 
