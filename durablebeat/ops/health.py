@@ -198,16 +198,19 @@ def find_bad_rows(now: dt.datetime) -> list[Finding]:
 # --- runs ---------------------------------------------------------------------------------
 
 
+def _per_schedule(runs: QuerySet[Run], at: Any) -> QuerySet[Run, dict[str, Any]]:
+    """``runs`` counted per schedule name (``n``), with the time ``at`` of each group."""
+    return runs.values("schedule__name").annotate(n=Count("id"), at=at).order_by("schedule__name")
+
+
 def find_lost(now: dt.datetime) -> list[Finding]:
     """Runs reclaimed as lost (R15) within the look-back window."""
     since = now - conf.settings.CHECK_LOOKBACK
-    lost = (
+    lost = _per_schedule(
         Run.objects.filter(state=RunState.LOST)
-        .annotate(at=Coalesce("finished_at", "claimed_at"))
-        .filter(at__gte=since)
-        .values("schedule__name")
-        .annotate(n=Count("id"), last=Max("at"))
-        .order_by("schedule__name")
+        .annotate(ended=Coalesce("finished_at", "claimed_at"))
+        .filter(ended__gte=since),
+        Max("ended"),
     )
     return [
         Finding(
@@ -215,7 +218,7 @@ def find_lost(now: dt.datetime) -> list[Finding]:
             Severity.WARNING,
             f"{g['schedule__name']}: {g['n']} run(s) lost in the last "
             f"{ago(now, since)} (worker gone or past its hard time limit), "
-            f"the latest {ago(now, g['last'])} ago",
+            f"the latest {ago(now, g['at'])} ago",
             g["schedule__name"],
         )
         for g in lost
@@ -291,14 +294,12 @@ def find_no_news(now: dt.datetime) -> list[Finding]:
     broker lost, a queue nobody consumes), reported when they stop holding their schedule,
     and for ``CHECK_LOOKBACK`` after, unless later news resolved them."""
     s = conf.settings
-    runs = (
+    runs = _per_schedule(
         Run.objects.filter(
             Q(state=RunState.NO_NEWS, claimed_at__gte=now - s.CHECK_LOOKBACK)
             | Q(state=RunState.PUBLISHED, published_at__lt=now - s.NO_NEWS_AFTER)
-        )
-        .values("schedule__name")
-        .annotate(n=Count("id"), oldest=Min(Coalesce("published_at", "claimed_at")))
-        .order_by("schedule__name")
+        ),
+        Min(Coalesce("published_at", "claimed_at")),
     )
     return [
         Finding(
@@ -306,7 +307,7 @@ def find_no_news(now: dt.datetime) -> list[Finding]:
             Severity.WARNING,
             f"{g['schedule__name']}: {g['n']} run(s) published that no worker started "
             f"(message lost by the broker, or its queue not consumed), the oldest sent "
-            f"{ago(now, g['oldest'])} ago; they no longer hold the schedule",
+            f"{ago(now, g['at'])} ago; they no longer hold the schedule",
             g["schedule__name"],
         )
         for g in runs
@@ -318,13 +319,11 @@ def find_unpublishable(now: dt.datetime) -> list[Finding]:
     it cannot encode, an unserialisable argument): failed at once, never retried, so the
     schedule will fail the same way on its next slot until the row is fixed."""
     since = now - conf.settings.CHECK_LOOKBACK
-    refused = (
+    refused = _per_schedule(
         Run.objects.filter(
             state=RunState.FAILED, finished_at__gte=since, detail__startswith=UNPUBLISHABLE
-        )
-        .values("schedule__name")
-        .annotate(n=Count("id"), last=Max("finished_at"))
-        .order_by("schedule__name")
+        ),
+        Max("finished_at"),
     )
     return [
         Finding(
@@ -332,7 +331,7 @@ def find_unpublishable(now: dt.datetime) -> list[Finding]:
             Severity.WARNING,
             f"{g['schedule__name']}: {g['n']} slot(s) not sent, the broker client refused "
             f"the message for its own content (see the run's error), the latest "
-            f"{ago(now, g['last'])} ago; fix the schedule's message options or arguments",
+            f"{ago(now, g['at'])} ago; fix the schedule's message options or arguments",
             g["schedule__name"],
         )
         for g in refused
