@@ -76,11 +76,11 @@ class EdgeSafeSplitDateTime(AdminSplitDateTime):
     """The admin's date and time boxes; an instant that has no local time (the calendar's
     edges, in a zone east or west of UTC) is shown as its UTC value instead of a 500."""
 
-    def decompress(self, value: Any) -> list[Any]:
+    def decompress(self, value: Any) -> tuple[dt.date | None, dt.time | None]:
         try:
-            return list(super().decompress(value))
+            return super().decompress(value)
         except OverflowError:
-            return [value.date(), value.time()]
+            return (value.date(), value.time())
 
 
 def _instant(value: dt.datetime | None) -> str:

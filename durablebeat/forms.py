@@ -191,7 +191,7 @@ class ScheduleForm(_ModelForm):
         }
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        cleaned = super().clean() or {}
         for name, field in self.fields.items():
             if isinstance(field, ShownToTheSecondField) and name not in self.changed_data:
                 # Keep what is stored, to the microsecond: the page's truncated copy would

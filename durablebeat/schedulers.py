@@ -40,7 +40,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         self._ticking = False
         kwargs.pop("schedule_filename", None)
         super().__init__(app, *args, lazy=True, **kwargs)
-        self.max_interval = min(float(self.max_interval), conf.settings.MAX_INTERVAL)
+        self.max_interval: float = min(float(self.max_interval), conf.settings.MAX_INTERVAL)
 
     def setup_schedule(self) -> None:
         """Parse code-defined entries; a bad one stops the boot with its name (R20)."""
@@ -97,7 +97,8 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             return contextlib.nullcontext()
         # Room for every command of a batch (a queue with an expiry adds some per message):
         # the batch is sent once, at the end of the block, never part-way.
-        return producer.batch(max_size=10 * PUBLISH_GROUP)
+        batch: contextlib.AbstractContextManager[Any] = producer.batch(max_size=10 * PUBLISH_GROUP)
+        return batch
 
     def _ensure_connected(self) -> Any:
         """One try, not ``broker_connection_max_retries`` (100, with back-off: beat held

@@ -21,6 +21,7 @@ import functools
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .conf import MAX_CATCH_UP_WINDOW, MAX_STARTUP_GRACE, settings
@@ -376,11 +377,13 @@ def compression_error(name: Any) -> str | None:
     if not isinstance(name, str) or not name:
         return None
     try:
-        compression.get_encoder(name)
+        get_encoder: Callable[[str], Any] = compression.get_encoder  # kombu is untyped
+        get_encoder(name)
     except KeyError:
         # kombu lists its aliases (gzip, bzip2...) nowhere public; the content types it
         # encodes are what a name resolves to.
-        known = ", ".join(sorted({*getattr(compression, "_aliases", {}), *compression.encoders()}))
+        encoders: Callable[[], list[str]] = compression.encoders
+        known = ", ".join(sorted({*getattr(compression, "_aliases", {}), *encoders()}))
         return f"no compression named {name!r} is registered in kombu (known: {known})"
     return None
 

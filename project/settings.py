@@ -7,6 +7,7 @@ Embedded by default (SQLite and kombu's filesystem broker under ./var, nothing t
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 import django
@@ -69,9 +70,9 @@ _SQLITE_OPTIONS = {
 }
 
 
-def database_from_env(default_url: str) -> dict:
+def database_from_env(default_url: str) -> dict[str, Any]:
     url = os.environ.get("DATABASE_URL", default_url)
-    config = dj_database_url.parse(url, conn_max_age=0)
+    config: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=0))
     if config["ENGINE"] == "django.db.backends.sqlite3":
         options = _SQLITE_OPTIONS if django.VERSION >= (5, 1) else {"timeout": 30}  # 5.1 added them
         config["OPTIONS"] = {**options, **config.get("OPTIONS", {})}

@@ -10,6 +10,7 @@ their beat schedule as JSON in ``E2E_BEAT_SCHEDULE``.
 import json
 import os
 from datetime import timedelta
+from typing import Any
 
 from celery.schedules import crontab
 
@@ -76,7 +77,7 @@ for _name in (
         globals()[f"DURABLEBEAT_{_name}"] = float(os.environ[f"DURABLEBEAT_{_name}"])
 
 
-def _beat_schedule_from_env(raw: str) -> dict:
+def _beat_schedule_from_env(raw: str) -> dict[str, Any]:
     """{"name": {"task": ..., "every": 20 | "cron": "m h dow dom moy", "options": {...},
     "durablebeat": {...}}}."""
     schedule = {}

@@ -81,7 +81,7 @@ def claim_many_pg(
     for f in Run._meta.concrete_fields:
         if f.primary_key:
             continue
-        columns.append(connection.ops.quote_name(f.column))
+        columns.append(connection.ops.quote_name(str(f.column)))
         if f.attname in per_slot:
             values.append(per_slot[f.attname])
         else:  # every other column as Django would write it (defaults of later fields too)

@@ -387,8 +387,6 @@ def in_doubt_runs(
 
 def take_over(run_id: int, old_boot: uuid.UUID | None, new_boot: uuid.UUID) -> bool:
     """Compare-and-set: only one beat re-sends an in-doubt run."""
-    return bool(
-        Run.objects.filter(pk=run_id, state=RunState.CLAIMED, boot_id=old_boot).update(
-            boot_id=new_boot, reason=Reason.REPUBLISH
-        )
-    )
+    runs = Run.objects.filter(pk=run_id, state=RunState.CLAIMED)
+    runs = runs.filter(boot_id=old_boot) if old_boot else runs.filter(boot__isnull=True)
+    return bool(runs.update(boot_id=new_boot, reason=Reason.REPUBLISH))

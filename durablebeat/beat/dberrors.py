@@ -184,7 +184,8 @@ class Reporter:
 def record(text: str, boot_id: uuid.UUID, now: dt.datetime) -> None:
     with transaction.atomic():
         boot = boot_id if Boot.objects.filter(pk=boot_id).exists() else None
-        same = Incident.objects.filter(kind=KIND, boot_id=boot, detail=text)
+        same = Incident.objects.filter(kind=KIND, detail=text)
+        same = same.filter(boot_id=boot) if boot else same.filter(boot__isnull=True)
         if not same.update(count=F("count") + 1, at=now):
             Incident.objects.create(kind=KIND, detail=text, boot_id=boot, at=now)
 

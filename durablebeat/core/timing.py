@@ -357,8 +357,7 @@ def from_celery(schedule_: object, default_timezone: str) -> Spec:
         }
         return Crontab(**fields, timezone=_own_zone(schedule_) or default_timezone)
     if isinstance(schedule_, schedule):
-        # The stubs omit run_every; celery always sets it to a timedelta.
-        return Interval(schedule_.run_every)  # type: ignore[attr-defined]
+        return Interval(schedule_.run_every)
     if isinstance(schedule_, timedelta):
         return Interval(schedule_)
     if isinstance(schedule_, int | float) and not isinstance(schedule_, bool):

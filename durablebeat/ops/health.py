@@ -57,9 +57,9 @@ class Finding:
         return asdict(self) | {"severity": self.severity.name.lower()}
 
 
-def ago(now: dt.datetime, then: dt.datetime) -> str:
-    """``now - then`` in words, for messages: "3 h 5 min"."""
-    return duration_words(now - then)
+def ago(now: dt.datetime, then: dt.datetime | None) -> str:
+    """``now - then`` in words, for messages: "3 h 5 min" ("never" when there is no then)."""
+    return "never" if then is None else duration_words(now - then)
 
 
 # --- a broken row is a finding, never a crash (R21) ----------------------------------------
@@ -198,7 +198,7 @@ def find_bad_rows(now: dt.datetime) -> list[Finding]:
 # --- runs ---------------------------------------------------------------------------------
 
 
-def _per_schedule(runs: QuerySet[Run], at: Any) -> QuerySet[Run, dict[str, Any]]:
+def _per_schedule(runs: QuerySet[Run], at: Any) -> Any:
     """``runs`` counted per schedule name (``n``), with the time ``at`` of each group."""
     return runs.values("schedule__name").annotate(n=Count("id"), at=at).order_by("schedule__name")
 

@@ -135,12 +135,14 @@ def reconcile_results(now: dt.datetime, app: Any = None) -> int:
     lately_lost = Q(state=RunState.LOST, finished_at__gte=now - LOST_RECHECK_FOR) | Q(
         state=RunState.NO_NEWS, claimed_at__gte=now - LOST_RECHECK_FOR
     )
-    task_ids = list(
-        Run.objects.filter(unconfirmed | lately_lost)
+    task_ids = [
+        task_id
+        for task_id in Run.objects.filter(unconfirmed | lately_lost)
         .exclude(task_id=None)
         .order_by("claimed_at")
         .values_list("task_id", flat=True)[:ROUND_LIMIT]
-    )
+        if task_id is not None
+    ]
     done = failed = 0
     for task_id in task_ids:
         try:
@@ -212,6 +214,8 @@ def reclaim(now: dt.datetime, boot_id: uuid.UUID | None) -> int:
     seen = worker_seen_at({(r.worker, r.worker_pid or 0) for r in runs})
     reclaimed: list[str] = []
     for run in runs:
+        if run.started_at is None:  # excluded by the query; narrows the type
+            continue
         view = StartedRun(run.started_at, run.worker, run.worker_pid, run.hard_time_limit)
         seen_at = seen.get((run.worker, run.worker_pid or 0))
         why = reclaim_reason(view, seen_at, now, s.WORKER_DEAD_AFTER, s.RECLAIM_MARGIN)
@@ -259,6 +263,7 @@ def mark_no_news(now: dt.datetime) -> int:
     overdue = [
         run
         for run in candidates
-        if news_overdue(run.published_at, no_news_bound(run.expire_seconds, s.NO_NEWS_AFTER), now)
+        if run.published_at is not None
+        and news_overdue(run.published_at, no_news_bound(run.expire_seconds, s.NO_NEWS_AFTER), now)
     ]
     return claims.mark_no_news(overdue, now)
