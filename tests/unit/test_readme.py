@@ -1,0 +1,106 @@
+"""The README's module map, in its "Development" section, names every module of the package
+and no module that is gone, so that it cannot go stale.
+
+The map is the first fenced block of that section. Each line is names, then two or more
+spaces, then what they are: a name ending in ``/`` is a folder, and the lines indented under
+it are inside it; several names may share a line (``apps.py checks.py``) and a name may hold
+a path (``management/commands/durablebeat.py``). A module is every ``.py`` file under
+``durablebeat/`` except ``__init__.py`` and the migrations.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "durablebeat"
+SECTION = "## Development"
+FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+#: between the names of a line and their description
+GAP = re.compile(r" {2,}")
+
+
+def development_section(readme: str) -> str:
+    start = readme.index(f"\n{SECTION}\n")
+    end = readme.find("\n## ", start + 1)
+    return readme[start : end if end != -1 else len(readme)]
+
+
+def module_map(readme: str) -> str:
+    block = FENCE.search(development_section(readme))
+    assert block is not None, f"README's {SECTION!r} section has no fenced module map"
+    return block.group(1)
+
+
+def mapped_paths(block: str) -> list[str]:
+    """Every path the map names (folders end with ``/``), in the map's order."""
+    folders: list[tuple[int, str]] = []  # (indent, folder) of the lines enclosing this one
+    paths = []
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        parent = "".join(folder for _, folder in folders)
+        names = GAP.split(line.strip(), maxsplit=1)[0].split()
+        paths += [parent + name for name in names]
+        if len(names) == 1 and names[0].endswith("/"):
+            folders.append((indent, names[0]))
+    return paths
+
+
+def readme_modules() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return [p for p in mapped_paths(module_map(text)) if p.startswith("durablebeat/")]
+
+
+def tree_modules() -> set[str]:
+    return {
+        path.relative_to(ROOT).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__init__.py" and "migrations" not in path.relative_to(PACKAGE).parts
+    }
+
+
+def test_the_map_is_read_with_its_folders_and_shared_lines():
+    block = (
+        "pkg/            the app\n"
+        "  apps.py x.py  two on a line\n"
+        "  core/         a folder\n"
+        "    clock.py    in it\n"
+        "  a/b/cmd.py    a path\n"
+        "tests/unit      not a module\n"
+    )
+    assert mapped_paths(block) == [
+        "pkg/",
+        "pkg/apps.py",
+        "pkg/x.py",
+        "pkg/core/",
+        "pkg/core/clock.py",
+        "pkg/a/b/cmd.py",
+        "tests/unit",
+    ]
+    assert {"durablebeat/beat/engine.py", "durablebeat/conf.py"} <= set(readme_modules())
+    assert "durablebeat/management/commands/durablebeat.py" in tree_modules()
+
+
+def test_every_module_is_in_the_readme_map():
+    missing = sorted(tree_modules() - {p for p in readme_modules() if p.endswith(".py")})
+    assert not missing, f"modules missing from README's module map ({SECTION}): {missing}"
+
+
+def test_the_readme_map_names_no_module_that_does_not_exist():
+    gone = sorted(
+        p
+        for p in readme_modules()
+        if not (p.endswith("/") and (ROOT / p).is_dir()) and p not in tree_modules()
+    )
+    assert not gone, f"README's module map ({SECTION}) names what is not in the tree: {gone}"
+
+
+def test_the_readme_map_names_each_module_once():
+    names = readme_modules()
+    twice = sorted({p for p in names if names.count(p) > 1})
+    assert not twice, f"README's module map names these more than once: {twice}"
