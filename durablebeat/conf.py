@@ -207,7 +207,7 @@ class Settings:
         """On PostgreSQL, wake beat at once when a schedule changes (LISTEN/NOTIFY)."""
         return self._bool("LISTEN_NOTIFY", True)
 
-    # --- operations (issue 5) ---
+    # --- operations ---
 
     @property
     def CHECK_LOOKBACK(self) -> dt.timedelta:
@@ -236,7 +236,7 @@ class Settings:
     @property
     def METRICS_PUBLIC(self) -> bool:
         """With no ``METRICS_TOKEN``, the metrics view answers anyone only when this is True;
-        otherwise it refuses every request (issue 12). ``durablebeat.W002`` when True and
+        otherwise it refuses every request (R21). ``durablebeat.W002`` when True and
         ``DEBUG`` is off."""
         return self._bool("METRICS_PUBLIC", False)
 

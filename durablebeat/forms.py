@@ -17,6 +17,7 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.forms.fields import InvalidJSONInput
 from django.utils.dateparse import parse_duration as django_parse_duration
 
+from .core import timing
 from .enums import Reason
 from .models import MESSAGE_FIELDS, POLICY_FIELDS, TIMING_FIELDS, Schedule
 from .ops.words import parse_duration
@@ -110,11 +111,9 @@ class FlexibleDurationField(forms.DurationField):
 
 
 def _compact(value: dt.timedelta) -> str:
-    seconds = int(value.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+    """A whole number of seconds as typed in the box: "15m", "2h", "90s"."""
+    n, unit = timing.whole_units(value) or (int(value.total_seconds()), "second")
+    return f"{n}{unit[0]}"
 
 
 class TaskNameInput(forms.TextInput):

@@ -212,14 +212,7 @@ class Schedule(models.Model):
                 raise timing.InvalidSchedule("every", "an interval schedule needs an interval")
             return timing.Interval(self.every)
         if self.kind == Kind.CRONTAB:
-            return timing.Crontab(
-                minute=self.minute,
-                hour=self.hour,
-                day_of_week=self.day_of_week,
-                day_of_month=self.day_of_month,
-                month_of_year=self.month_of_year,
-                timezone=self.timezone,
-            )
+            return timing.Crontab.from_fields(self, self.timezone)
         if self.kind == Kind.CLOCKED:
             if self.clocked_at is None:
                 raise timing.InvalidSchedule("at", "a one-off schedule needs a time")

@@ -27,7 +27,7 @@ logger = logging.getLogger("durablebeat")
 
 
 class DurableScheduler(Scheduler):  # type: ignore[misc]
-    """A Celery beat scheduler whose next fire lives in the database (SPEC §1)."""
+    """A Celery beat scheduler whose next fire lives in the database (§1)."""
 
     def __init__(self, app: Any, *args: Any, lazy: bool = False, **kwargs: Any) -> None:
         # Celery builds a lazy instance just to print its banner, so nothing here touches
@@ -91,7 +91,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
 
     def _batch(self) -> contextlib.AbstractContextManager[Any]:
         """kombu's publish batch (one Redis pipeline per batch), where the transport has it;
-        elsewhere each message goes out on its own, as before."""
+        elsewhere each message goes out on its own."""
         producer = self.producer
         if getattr(producer, "batch", None) is None or not producer.supports_batch_publish:
             return contextlib.nullcontext()

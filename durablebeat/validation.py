@@ -197,6 +197,13 @@ def json_depth_error(value: Any) -> str | None:
     return None
 
 
+def storable(text: str) -> str:
+    """Text any database takes: an exception's message may hold a NUL (PostgreSQL refuses
+    it) or a lone surrogate (no encoding takes it); both are written escaped."""
+    text = text.replace("\x00", "\\x00")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def text_error(value: Any) -> str | None:
     """A NUL or a lone surrogate: PostgreSQL stores neither (in text or in JSON), and a
     surrogate is not Unicode at all, so the row would fail at its save, not here (R20)."""

@@ -18,7 +18,7 @@ VAR_DIR = Path(os.environ.get("DURABLEBEAT_VAR_DIR", BASE_DIR / "var"))
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "insecure-demo-key-change-me")
 # Off unless asked for (scripts/demo.sh does): a debug page shows settings and tracebacks
-# to anyone who can reach a URL, e.g. an anonymous metrics request (issue 12).
+# to anyone who can reach a URL, e.g. an anonymous metrics request (R21).
 DEBUG = os.environ.get("DJANGO_DEBUG", "0") == "1"
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1").split(",")
 

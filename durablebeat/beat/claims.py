@@ -38,7 +38,7 @@ from ..models import (
     Schedule,
     WorkerHeartbeat,
 )
-from ..worker.completion import storable
+from ..validation import storable
 from . import batch_claim
 from .due import Claim, Message, is_row_error
 
@@ -192,12 +192,12 @@ def claim(
     rows are locked in id order, moved on by one ``UPDATE ... FROM (VALUES ...)`` whose
     ``WHERE next_fire_at = <as read>`` is the compare-and-set, and their runs inserted by one
     ``INSERT``; a batch costs a handful of statements whatever its size. The rest (skips,
-    catch-ups with missed slots, one-offs) go one by one as before.
+    catch-ups with missed slots, one-offs) go one by one.
 
     ``bad`` (R21): when given, a batch that raises an error about its rows' values (see
     ``is_row_error``) is claimed again one slot at a time, each in its own savepoint; a slot
     that raises there is left out and reported in ``bad``, the others are claimed. An error
-    about the database itself (unreachable, schema) propagates as before (R5)."""
+    about the database itself (unreachable, schema) propagates (R5)."""
     if bad is None:
         return _claim_batch(fires, boot_id, now)
     try:

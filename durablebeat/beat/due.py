@@ -20,9 +20,7 @@ from django.db.models import QuerySet
 from .. import conf, validation
 from ..core import timing
 from ..core.policy import Due
-from ..enums import Source
 from ..models import MESSAGE_FIELDS, MESSAGE_OPTIONS, POLICY_FIELDS, TIMING_FIELDS, Schedule
-from ..worker.completion import storable
 from .codesync import CodeEntry
 
 logger = logging.getLogger("durablebeat")
@@ -100,7 +98,6 @@ def due_from_row(row: Schedule) -> Due:
     return Due(
         id=row.pk,
         name=row.name,
-        task=row.task,
         spec=row.to_spec(),
         next_fire_at=row.next_fire_at,
         next_fire_reason=row.next_fire_reason,
@@ -108,7 +105,6 @@ def due_from_row(row: Schedule) -> Due:
         catch_up=row.catch_up,
         catch_up_window=window,
         overlap=row.overlap,
-        from_code=row.source == Source.CODE,
     )
 
 
@@ -120,7 +116,6 @@ DUE_FIELDS = (
     "task",
     *MESSAGE_FIELDS,
     *TIMING_FIELDS,
-    "source",
     *POLICY_FIELDS,
     "next_fire_at",
     "next_fire_reason",
@@ -164,7 +159,7 @@ def probe_due(now: dt.datetime) -> None:
 
 
 def _skip_locked() -> dict[str, Any]:
-    """``select_for_update`` options for the due query that this server has (SPEC §1).
+    """``select_for_update`` options for the due query that this server has (§1).
 
     SKIP LOCKED: PostgreSQL, MariaDB 10.6+, MySQL 8 (an older server queues behind the other
     beat's locks instead: slower, as correct). ``OF``: PostgreSQL and MySQL 8; Django refuses
@@ -196,5 +191,5 @@ def is_row_error(exc: BaseException) -> bool:
 def set_aside(schedule_id: int, error: str) -> None:
     """R20/R21 by id: a row that raised at run time is set aside with its error (one line
     of text the database can store), shown by ``check`` and the admin."""
-    text = storable(error)[:2000] or "unusable row"
+    text = validation.storable(error)[:2000] or "unusable row"
     Schedule.objects.filter(pk=schedule_id).update(error=text)

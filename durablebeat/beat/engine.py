@@ -2,7 +2,7 @@
 
 ``schedulers.DurableScheduler`` adapts this to Celery; tests drive it directly with a fake
 publisher and moved time. While the database answers, the database decides everything
-(SPEC §1). While it does not, beat keeps firing the code-defined schedules from memory and
+(§1). While it does not, beat keeps firing the code-defined schedules from memory and
 writes what it did once the database is back (R5, fail open).
 """
 

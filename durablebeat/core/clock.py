@@ -33,3 +33,11 @@ def shift(instant: dt.datetime, delta: dt.timedelta) -> dt.datetime:
         return instant + delta
     except OverflowError:
         return LATEST if delta > dt.timedelta(0) else EARLIEST
+
+
+def before(instant: dt.datetime, span: dt.timedelta) -> dt.datetime:
+    """``instant - span`` (a window's start), stopping at the calendar's first instant."""
+    try:
+        return instant - span
+    except OverflowError:
+        return EARLIEST

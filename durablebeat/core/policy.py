@@ -1,4 +1,4 @@
-"""What to do with a schedule that is due: pure decisions, time passed in (SPEC §1, §2).
+"""What to do with a schedule that is due: pure decisions, time passed in (§1, §2).
 
 The engine turns rows into ``Due`` values, asks ``decide`` and carries out the answer in the
 database. Nothing here reads the clock or the database.
@@ -20,7 +20,6 @@ class Due:
 
     id: int
     name: str
-    task: str
     spec: timing.Spec
     next_fire_at: dt.datetime | None
     next_fire_reason: str
@@ -28,7 +27,6 @@ class Due:
     catch_up: bool
     catch_up_window: dt.timedelta
     overlap: str = Overlap.SKIP
-    from_code: bool = False
 
 
 @dataclass(frozen=True)

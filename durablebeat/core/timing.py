@@ -34,7 +34,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from datetime import MAXYEAR, MINYEAR, UTC, date, datetime, timedelta
 from heapq import heappop, heappush
-from typing import cast
+from typing import Any, cast
 from zoneinfo import ZoneInfo
 
 from celery.schedules import ParseException, crontab, crontab_parser, schedule, solar
@@ -56,6 +56,7 @@ __all__ = [
     "slots_between",
 ]
 
+_SECOND = timedelta(seconds=1)
 _MINUTE = timedelta(minutes=1)
 _DAY = timedelta(days=1)
 # datetime refuses a utcoffset of 24 h or more, so a slot's UTC instant is always within a day
@@ -78,7 +79,7 @@ _LONGEST_MONTH = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
 class InvalidSchedule(ValueError):
-    """A schedule refused where it enters, naming the field at fault (SPEC R20)."""
+    """A schedule refused where it enters, naming the field at fault (R20)."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(field, message)  # both in args, so the exception pickles
@@ -128,6 +129,12 @@ class Crontab:
     _hour_spans: tuple[tuple[int, int, int], ...] = dataclasses.field(
         init=False, compare=False, repr=False
     )
+
+    @classmethod
+    def from_fields(cls, fields: Any, timezone: str) -> Crontab:
+        """The crontab of any object with the five cron fields as attributes: a schedule
+        row, or django-celery-beat's ``CrontabSchedule``."""
+        return cls(**{name: getattr(fields, name) for name, *_ in _FIELDS}, timezone=timezone)
 
     def __post_init__(self) -> None:
         sets = {name: _expand(name, getattr(self, name), size, low) for name, size, low in _FIELDS}
@@ -332,7 +339,7 @@ def latest_slot(spec: Crontab | Clocked, since: datetime, until: datetime) -> da
 
 
 def advance(spec: Spec, deadline: datetime, now: datetime) -> datetime | None:
-    """The first slot of the schedule's own grid strictly after ``now`` (SPEC R3).
+    """The first slot of the schedule's own grid strictly after ``now`` (R3).
 
     Missed slots are skipped in one step, never replayed; a one-off is done after its fire.
     """
@@ -420,13 +427,25 @@ def describe(spec: Spec) -> str:
     return f"{words} ({spec.timezone})"
 
 
-def _describe_interval(every: timedelta) -> str:
-    for unit, size in (("day", _DAY), ("hour", timedelta(hours=1)), ("minute", _MINUTE)):
+#: the units a duration is written in, largest first
+_UNITS = (("day", _DAY), ("hour", timedelta(hours=1)), ("minute", _MINUTE), ("second", _SECOND))
+
+
+def whole_units(every: timedelta) -> tuple[int, str] | None:
+    """``every`` as a count of the largest unit that divides it: (15, "minute"); None when
+    it is not a whole number of seconds."""
+    for unit, size in _UNITS:
         if every % size == timedelta(0):
-            n = every // size
-            return f"every {n} {unit}{'' if n == 1 else 's'}"
+            return every // size, unit
+    return None
+
+
+def _describe_interval(every: timedelta) -> str:
+    if whole := whole_units(every):
+        n, unit = whole
+        return f"every {n} {unit}{'' if n == 1 else 's'}"
     seconds = f"{every.total_seconds():.6f}".rstrip("0").rstrip(".")
-    return f"every {seconds} second{'' if seconds == '1' else 's'}"
+    return f"every {seconds} seconds"
 
 
 def _expression(spec: Crontab) -> str:

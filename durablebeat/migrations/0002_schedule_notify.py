@@ -1,10 +1,10 @@
-"""PostgreSQL only: a change that can make a schedule due wakes beat at once (R6, issue 6).
+"""PostgreSQL only: a change that can make a schedule due wakes beat at once (R6).
 
 A row trigger on ``durablebeat_schedule`` sends ``NOTIFY durablebeat_schedule`` when a row is
 inserted, or when its ``next_fire_at``, ``enabled`` or ``error`` changes, unless the change
 comes from a beat itself (its session sets ``durablebeat.beat``): beat's own claims would
 otherwise wake every beat after every batch. The notification carries no payload; the woken
-beat runs its usual due query. A no-op on other databases, where beat polls every
+beat runs its usual due query (``durablebeat.beat.notify`` listens). A no-op on other databases, where beat polls every
 ``max_interval``.
 """
 

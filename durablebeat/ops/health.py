@@ -25,7 +25,7 @@ from .. import conf
 from ..beat import dberrors
 from ..beat.claims import UNPUBLISHABLE
 from ..checks import setting_names
-from ..core import timing
+from ..core import clock, timing
 from ..enums import Kind, RunState
 from ..models import TIMING_FIELDS, Boot, Run, Schedule
 from .words import duration_words, one_line
@@ -40,14 +40,40 @@ class Severity(enum.IntEnum):
     CRITICAL = 2  #: schedules are not firing now
 
 
+#: every finding code and its severity: the one place a severity is written
+SEVERITIES = {
+    "no_beat": Severity.CRITICAL,
+    "overdue": Severity.CRITICAL,
+    "stuck": Severity.CRITICAL,
+    "lost_runs": Severity.WARNING,
+    "unresolved_runs": Severity.WARNING,
+    "no_news": Severity.WARNING,
+    "unpublishable": Severity.WARNING,
+    "no_success": Severity.WARNING,
+    "bad_row": Severity.WARNING,
+    "database_unreachable": Severity.CRITICAL,
+    "database_error": Severity.CRITICAL,
+    "check_failed": Severity.CRITICAL,
+    "bad_setting": Severity.CRITICAL,
+}
+CODES = tuple(SEVERITIES)
+
+
 @dataclass(frozen=True)
 class Finding:
     """One line of ``check``: a stable ``code`` to grep or alert on, and a sentence."""
 
     code: str
-    severity: Severity
     message: str
     schedule: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.code not in SEVERITIES:
+            raise ValueError(f"unknown finding code {self.code!r}: add it to SEVERITIES")
+
+    @property
+    def severity(self) -> Severity:
+        return SEVERITIES[self.code]
 
     def line(self) -> str:
         """One line, whatever a name or an error holds: a newline cannot forge a finding."""
@@ -57,7 +83,7 @@ class Finding:
         return asdict(self) | {"severity": self.severity.name.lower()}
 
 
-def ago(now: dt.datetime, then: dt.datetime | None) -> str:
+def ago(then: dt.datetime | None, now: dt.datetime) -> str:
     """``now - then`` in words, for messages: "3 h 5 min" ("never" when there is no then)."""
     return "never" if then is None else duration_words(now - then)
 
@@ -76,7 +102,6 @@ def unreadable_row(name: str, what: str, exc: Exception) -> Finding:
     )
     return Finding(
         "bad_row",
-        Severity.WARNING,
         f"{name}: check cannot compute {what} from this row ({type(exc).__name__}: {exc}); "
         "fix or reset it",
         name,
@@ -131,14 +156,14 @@ def find_no_beat(now: dt.datetime) -> list[Finding]:
     elif last.stopped_at is not None:
         message = (
             f"no beat is running: the last one ({last.hostname}:{last.pid}, boot {last.pk}) "
-            f"stopped {ago(now, last.stopped_at)} ago"
+            f"stopped {ago(last.stopped_at, now)} ago"
         )
     else:
         message = (
-            f"no beat heartbeat for {ago(now, last.heartbeat_at)}: the last one "
+            f"no beat heartbeat for {ago(last.heartbeat_at, now)}: the last one "
             f"({last.hostname}:{last.pid}, boot {last.pk}) is gone without stopping"
         )
-    return [Finding("no_beat", Severity.CRITICAL, message)]
+    return [Finding("no_beat", message)]
 
 
 # --- schedules ----------------------------------------------------------------------------
@@ -159,9 +184,8 @@ def find_overdue(now: dt.datetime) -> list[Finding]:
         "how overdue it is",
         lambda row: Finding(
             "overdue",
-            Severity.CRITICAL,
             f"{row.name}: next fire was {row.next_fire_at:%Y-%m-%d %H:%M:%S} UTC, "
-            f"{ago(now, row.next_fire_at)} ago, and beat is alive but has not fired it",
+            f"{ago(row.next_fire_at, now)} ago, and beat is alive but has not fired it",
             row.name,
         ),
     )
@@ -175,8 +199,7 @@ def find_stuck(now: dt.datetime) -> list[Finding]:
         "how long it is stuck",
         lambda row: Finding(
             "stuck",
-            Severity.CRITICAL,
-            f"{row.name}: every fire skipped for {ago(now, row.stuck_since)}: {row.stuck_reason}",
+            f"{row.name}: every fire skipped for {ago(row.stuck_since, now)}: {row.stuck_reason}",
             row.name,
         ),
     )
@@ -187,7 +210,6 @@ def find_bad_rows(now: dt.datetime) -> list[Finding]:
     return [
         Finding(
             "bad_row",
-            Severity.WARNING,
             f"{row.name}: beat cannot use this schedule and skips it: {row.error}",
             row.name,
         )
@@ -215,10 +237,9 @@ def find_lost(now: dt.datetime) -> list[Finding]:
     return [
         Finding(
             "lost_runs",
-            Severity.WARNING,
             f"{g['schedule__name']}: {g['n']} run(s) lost in the last "
-            f"{ago(now, since)} (worker gone or past its hard time limit), "
-            f"the latest {ago(now, g['at'])} ago",
+            f"{ago(since, now)} (worker gone or past its hard time limit), "
+            f"the latest {ago(g['at'], now)} ago",
             g["schedule__name"],
         )
         for g in lost
@@ -251,7 +272,7 @@ def _describe_unresolved(state: str, runs: list[Run], now: dt.datetime) -> str:
         what = "claimed but never confirmed on the broker (is the broker reachable?)"
     else:
         what = "started with no completion recorded (worker hung, or completion not recorded?)"
-    return f"{name}: {len(runs)} run(s) {what}, the oldest for {ago(now, oldest)}"
+    return f"{name}: {len(runs)} run(s) {what}, the oldest for {ago(oldest, now)}"
 
 
 def find_unresolved(now: dt.datetime) -> list[Finding]:
@@ -277,7 +298,6 @@ def find_unresolved(now: dt.datetime) -> list[Finding]:
         findings.append(
             Finding(
                 "unresolved_runs",
-                Severity.WARNING,
                 _describe_unresolved(state, runs, now),
                 runs[0].schedule.name,
             )
@@ -304,10 +324,9 @@ def find_no_news(now: dt.datetime) -> list[Finding]:
     return [
         Finding(
             "no_news",
-            Severity.WARNING,
             f"{g['schedule__name']}: {g['n']} run(s) published that no worker started "
             f"(message lost by the broker, or its queue not consumed), the oldest sent "
-            f"{ago(now, g['at'])} ago; they no longer hold the schedule",
+            f"{ago(g['at'], now)} ago; they no longer hold the schedule",
             g["schedule__name"],
         )
         for g in runs
@@ -328,10 +347,9 @@ def find_unpublishable(now: dt.datetime) -> list[Finding]:
     return [
         Finding(
             "unpublishable",
-            Severity.WARNING,
             f"{g['schedule__name']}: {g['n']} slot(s) not sent, the broker client refused "
             f"the message for its own content (see the run's error), the latest "
-            f"{ago(now, g['at'])} ago; fix the schedule's message options or arguments",
+            f"{ago(g['at'], now)} ago; fix the schedule's message options or arguments",
             g["schedule__name"],
         )
         for g in refused
@@ -373,15 +391,6 @@ def _bound_or_error(
         return exc
 
 
-def _plus(at: dt.datetime, delta: dt.timedelta) -> dt.datetime:
-    """``at + delta``, held at the calendar's edge instead of overflowing."""
-    try:
-        return at + delta
-    except OverflowError:
-        edge = dt.datetime.max if delta > dt.timedelta(0) else dt.datetime.min
-        return edge.replace(tzinfo=dt.UTC)
-
-
 def _periods_start(
     completed: dt.datetime | None,
     created: dt.datetime,
@@ -389,9 +398,9 @@ def _periods_start(
     grace: dt.timedelta,
 ) -> dt.datetime:
     """Where a row's periods are counted from."""
-    since = completed if completed is not None else _plus(created, grace)
+    since = completed if completed is not None else clock.shift(created, grace)
     if enabled is not None:
-        since = max(since, _plus(enabled, grace))  # enabled again: its periods start over
+        since = max(since, clock.shift(enabled, grace))  # enabled again: its periods start over
     return since
 
 
@@ -444,15 +453,14 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
     )
     for row in sorted(failing_rows, key=lambda r: r.name):
         if row.last_completed_at is None:
-            detail = f"never succeeded since it was created {ago(now, row.created_at)} ago"
+            detail = f"never succeeded since it was created {ago(row.created_at, now)} ago"
         else:
-            detail = f"last success {ago(now, row.last_completed_at)} ago"
+            detail = f"last success {ago(row.last_completed_at, now)} ago"
         if row.last_outcome:
             detail += f", last outcome {row.last_outcome}"
         findings.append(
             Finding(
                 "no_success",
-                Severity.WARNING,
                 f"{row.name}: no successful run over its last {periods} periods ({detail})",
                 row.name,
             )
@@ -467,9 +475,8 @@ def find_database_errors(now: dt.datetime) -> list[Finding]:
     return [
         Finding(
             "database_error",
-            Severity.CRITICAL,
             f"beat {who or '(boot unknown)'} meets a database error on every try, not an "
-            f"outage ({count} times, last {ago(now, at)} ago): {error}",
+            f"outage ({count} times, last {ago(at, now)} ago): {error}",
         )
         for error, count, at, who in dberrors.recent(now)
     ]
@@ -529,7 +536,7 @@ def invalid_settings() -> dict[str, str]:
 
 def find_bad_settings() -> list[Finding]:
     return [
-        Finding("bad_setting", Severity.CRITICAL, why if name in why else f"{name}: {why}")
+        Finding("bad_setting", why if name in why else f"{name}: {why}")
         for name, why in invalid_settings().items()
     ]
 
@@ -553,32 +560,12 @@ def check_failed(finder: str, exc: Exception) -> Finding:
     )
     return Finding(
         "check_failed",
-        Severity.CRITICAL,
         f"{finder} could not run ({type(exc).__name__}: {exc}); see the log for the traceback",
     )
 
 
-#: every finding code and its severity
-SEVERITIES = {
-    "no_beat": Severity.CRITICAL,
-    "overdue": Severity.CRITICAL,
-    "stuck": Severity.CRITICAL,
-    "lost_runs": Severity.WARNING,
-    "unresolved_runs": Severity.WARNING,
-    "no_news": Severity.WARNING,
-    "unpublishable": Severity.WARNING,
-    "no_success": Severity.WARNING,
-    "bad_row": Severity.WARNING,
-    "database_unreachable": Severity.CRITICAL,
-    "database_error": Severity.CRITICAL,
-    "check_failed": Severity.CRITICAL,
-    "bad_setting": Severity.CRITICAL,
-}
-CODES = tuple(SEVERITIES)
-
-
 def database_unreachable(exc: Exception) -> Finding:
-    return Finding("database_unreachable", Severity.CRITICAL, f"cannot read the database: {exc}")
+    return Finding("database_unreachable", f"cannot read the database: {exc}")
 
 
 def check(now: dt.datetime, only: Iterable[str] | None = None) -> list[Finding]:

@@ -26,7 +26,7 @@ from ..core import timing
 from ..enums import Reason, Source
 from ..models import Schedule
 from ..validation import MAX_EVERY, MIN_EVERY, describe_errors, validate_schedule_fields
-from .words import absolute, duration_words
+from .words import absolute, duration_words, schedule_words
 
 logger = logging.getLogger("durablebeat")
 
@@ -67,7 +67,7 @@ class Item:
         if self.action == EXISTS:
             return f"exists  {name}: {self.why}"
         assert self.row is not None
-        words = _words(self.row)
+        words = schedule_words(self.row)
         state = "" if self.row.enabled else " [disabled]"
         notes = "".join(f"; {n}" for n in self.notes)
         return f"create  {name}: {self.row.task}, {words}{state}; {self.why}{notes}"
@@ -90,13 +90,6 @@ class Result:
             + (" (dry run: nothing written)" if self.dry_run else "")
         )
         return lines
-
-
-def _words(row: Schedule) -> str:
-    try:
-        return timing.describe(row.to_spec())
-    except timing.InvalidSchedule as exc:  # pragma: no cover - validated before
-        return f"invalid: {exc}"
 
 
 def _periodic_task_model() -> Any:
@@ -132,14 +125,7 @@ def _spec(task: Any) -> timing.Spec:
             return timing.Interval(_every(task.interval.every, task.interval.period))
         if task.crontab_id is not None:
             c = task.crontab
-            return timing.Crontab(
-                minute=c.minute,
-                hour=c.hour,
-                day_of_week=c.day_of_week,
-                day_of_month=c.day_of_month,
-                month_of_year=c.month_of_year,
-                timezone=str(getattr(c.timezone, "key", c.timezone)),
-            )
+            return timing.Crontab.from_fields(c, str(getattr(c.timezone, "key", c.timezone)))
         if task.clocked_id is not None:
             return timing.Clocked(task.clocked.clocked_time)
     except timing.InvalidSchedule as exc:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from django.db import DatabaseError
-from django.db.models import Count, Max
+from django.db.models import Count, Max, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
@@ -68,6 +68,15 @@ def _schedule_samples(
         None if done is None else (now - done).total_seconds(),
         seconds,
     )
+
+
+def _run_counter(name: str, documentation: str, runs: QuerySet[Run], by: str) -> Any:
+    """A counter of ``runs`` per schedule and per value of the run field ``by``."""
+    fam = CounterMetricFamily(name, documentation, labels=["schedule", by])
+    rows = runs.values("schedule__name", by).annotate(n=Count("id")).order_by("schedule__name", by)
+    for r in rows:
+        fam.add_metric([r["schedule__name"], r[by]], r["n"])
+    return fam
 
 
 class DurablebeatCollector:
@@ -127,37 +136,23 @@ class DurablebeatCollector:
         yield errors
 
     def _fires(self) -> Any:
-        fam = CounterMetricFamily(
+        fires = Run.objects.filter(task_id__isnull=False).exclude(
+            state__in=(RunState.SKIPPED, RunState.MISSED)
+        )
+        return _run_counter(
             "durablebeat_fires",
             "Fires sent to the broker, by schedule and reason (from the run ledger).",
-            labels=["schedule", "reason"],
+            fires,
+            "reason",
         )
-        rows = (
-            Run.objects.filter(task_id__isnull=False)
-            .exclude(state__in=(RunState.SKIPPED, RunState.MISSED))
-            .values("schedule__name", "reason")
-            .annotate(n=Count("id"))
-            .order_by("schedule__name", "reason")
-        )
-        for r in rows:
-            fam.add_metric([r["schedule__name"], r["reason"]], r["n"])
-        return fam
 
     def _runs(self) -> Any:
-        fam = CounterMetricFamily(
+        return _run_counter(
             "durablebeat_runs",
             "Runs that reached a final state, by schedule and state.",
-            labels=["schedule", "state"],
+            Run.objects.filter(state__in=FINAL_STATES),
+            "state",
         )
-        rows = (
-            Run.objects.filter(state__in=FINAL_STATES)
-            .values("schedule__name", "state")
-            .annotate(n=Count("id"))
-            .order_by("schedule__name", "state")
-        )
-        for r in rows:
-            fam.add_metric([r["schedule__name"], r["state"]], r["n"])
-        return fam
 
     def _schedules(self, now: dt.datetime) -> Iterator[Any]:
         labels = ["schedule"]

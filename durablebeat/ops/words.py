@@ -28,14 +28,6 @@ def parse_duration(text: str) -> dt.timedelta:
         raise ValueError(f"too long a duration: {text!r}") from None
 
 
-def window_start(until: dt.datetime, span: dt.timedelta) -> dt.datetime:
-    """``until - span``, or the first instant of the calendar when that is before it."""
-    try:
-        return until - span
-    except OverflowError:
-        return dt.datetime.min.replace(tzinfo=dt.UTC)
-
-
 def one_line(text: str) -> str:
     """``text`` with its control characters escaped (``\\n``, ``\\x1b``...): what a row
     holds never breaks a line of ``check`` or ``status``, nor forges one."""
@@ -59,12 +51,12 @@ def duration_words(delta: dt.timedelta) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
-def relative(then: dt.datetime | None, now: dt.datetime, *, future: str = "in {}") -> str:
+def relative(then: dt.datetime | None, now: dt.datetime) -> str:
     """ "in 4 min" / "3 h ago"; empty for None."""
     if then is None:
         return ""
     words = duration_words(then - now)
-    return future.format(words) if then > now else f"{words} ago"
+    return f"in {words}" if then > now else f"{words} ago"
 
 
 def next_fire_words(row: Schedule, now: dt.datetime) -> str:

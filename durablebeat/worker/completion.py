@@ -19,6 +19,7 @@ from django.db.models.functions import Coalesce
 
 from ..enums import RunState
 from ..models import Run, Schedule
+from ..validation import storable
 
 #: states a start may move on from: a lost (or no-news) run that starts was alive after all,
 #: and a started one that starts again was redelivered (acks_late after its worker died)
@@ -33,13 +34,6 @@ STARTABLE = (
 COMPLETABLE = STARTABLE
 #: error text kept on a run
 MAX_ERROR = 4000
-
-
-def storable(text: str) -> str:
-    """Text any database takes: an exception's message may hold a NUL (PostgreSQL refuses
-    it) or a lone surrogate (no encoding takes it); both are written escaped."""
-    text = text.replace("\x00", "\\x00")
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @dataclass(frozen=True)

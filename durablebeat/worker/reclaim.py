@@ -1,7 +1,7 @@
 """Orphan reclaim, part of the beat loop itself (R13, R15).
 
 A run whose worker died stays "started" for ever, and under ``overlap=skip`` its schedule
-skips for ever: the 13-day silent stop behind SPEC §4. So every beat runs this as a loop
+skips for ever: the 13-day silent stop behind §4. So every beat runs this as a loop
 hook, at most every ``GC_INTERVAL`` across all beats and restarts (the last round's time is
 a row in the database, taken by compare-and-set), in three steps:
 
@@ -42,7 +42,8 @@ from . import completion
 
 logger = logging.getLogger("durablebeat")
 
-MARKER = "orphan_reclaim"
+#: the Marker row whose compare-and-set elects one reclaim round at a time
+ROUND_MARKER = "orphan_reclaim"
 #: most runs looked up in the result backend, and reclaimed, in one round
 ROUND_LIMIT = 500
 #: how long after its reclaim a lost run is still looked up in the result backend
@@ -82,15 +83,15 @@ class OrphanReclaim:
 def take_turn(now: dt.datetime, every: dt.timedelta) -> dt.datetime | None:
     """Compare-and-set on the shared marker: None when this beat runs the round now,
     else when the next round is due."""
-    if Marker.objects.filter(key=MARKER, at__lte=now - every).update(at=now):
+    if Marker.objects.filter(key=ROUND_MARKER, at__lte=now - every).update(at=now):
         return None
     try:
         with transaction.atomic():
-            Marker.objects.create(key=MARKER, at=now)
+            Marker.objects.create(key=ROUND_MARKER, at=now)
         return None
     except IntegrityError:
         pass
-    last = Marker.objects.filter(key=MARKER).values_list("at", flat=True).first()
+    last = Marker.objects.filter(key=ROUND_MARKER).values_list("at", flat=True).first()
     if last is None:
         return now  # deleted meanwhile: look again on the next tick
     return min(last, now) + every

@@ -45,7 +45,7 @@ from .backlog import Write, backlog
 logger = logging.getLogger("durablebeat")
 
 #: the header every durablebeat message carries (``beat.due.Claim.headers``)
-MARK = "durablebeat_schedule"
+HEADER = "durablebeat_schedule"
 SOFT_SIGNAL = getattr(signal, "SIGUSR1", None)  # billiard's soft time limit signal
 #: seconds between liveness writes while they fail
 HEARTBEAT_RETRY = 2.0
@@ -72,10 +72,10 @@ def _is_ours_request(request: Any) -> bool:
     if request is None:
         return False
     if isinstance(request, Mapping):
-        return bool(request.get(MARK) or (request.get("headers") or {}).get(MARK))
-    if getattr(request, MARK, None):
+        return bool(request.get(HEADER) or (request.get("headers") or {}).get(HEADER))
+    if getattr(request, HEADER, None):
         return True
-    return bool((getattr(request, "headers", None) or {}).get(MARK))
+    return bool((getattr(request, "headers", None) or {}).get(HEADER))
 
 
 def hard_time_limit(task: Any) -> float | None:

@@ -1,4 +1,4 @@
-"""SPEC §3 and §4 with real processes: what really ran (R11-R13), orphans (R15), stuck (R16).
+"""§3 and §4 with real processes: what really ran (R11-R13), orphans (R15), stuck (R16).
 
 Workers run with short liveness and reclaim settings so that a dead worker is noticed in
 seconds; every wait is on a condition in the database, bounded.
@@ -12,7 +12,7 @@ import pytest
 
 from durablebeat.enums import RunState
 from durablebeat.models import Boot, Incident, Marker, Run, Schedule, WorkerHeartbeat
-from durablebeat.worker.reclaim import MARKER
+from durablebeat.worker.reclaim import ROUND_MARKER
 from tests.e2eapp.models import Execution
 
 from .harness import Cluster, wait_until
@@ -181,7 +181,7 @@ def test_long_task_on_a_live_worker_is_never_reclaimed(cluster: Cluster):
         if run is not None:
             states.add(run.state)
             if run.state == RunState.STARTED and run.started_at is not None:
-                marker = Marker.objects.filter(key=MARKER).first()
+                marker = Marker.objects.filter(key=ROUND_MARKER).first()
                 if marker is not None and marker.at - run.started_at >= dt.timedelta(seconds=4):
                     rounds_while_running.append(marker.at)
         return _final("long")

@@ -1,4 +1,4 @@
-"""SPEC §2 and R5 with real processes: stops that straddle cron slots, a broker outage and a
+"""§2 and R5 with real processes: stops that straddle cron slots, a broker outage and a
 database outage. Every slot must end fired exactly once or recorded missed with its reason."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §1 with real processes: restart storms (R1-R3), beats at once (R4), fail open (R5).
+"""§1 with real processes: restart storms (R1-R3), beats at once (R4), fail open (R5).
 
 Every execution is counted twice: in durablebeat's ledger (Run) and by the task body itself
 (tests.e2eapp Execution), so a slot fired twice or never shows in both.

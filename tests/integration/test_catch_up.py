@@ -1,4 +1,4 @@
-"""SPEC §2 against a real database, time passed in: R7-R10 and the broker-outage rules."""
+"""§2 against a real database, time passed in: R7-R10 and the broker-outage rules."""
 
 from __future__ import annotations
 

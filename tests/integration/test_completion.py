@@ -1,4 +1,4 @@
-"""SPEC §3 and §4 against a real database: run moves (R11, R12), the result backend (R13),
+"""§3 and §4 against a real database: run moves (R11, R12), the result backend (R13),
 overlap and stuck (R14, R16), orphan reclaim and its throttle (R15). Time is passed in; the
 real worker and beat processes are in tests/e2e/test_completion.py."""
 

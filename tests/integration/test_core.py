@@ -1,4 +1,4 @@
-"""SPEC §1 against a real database: R1-R4, R6, R7, R20, driven tick by tick with time passed in."""
+"""§1 against a real database: R1-R4, R6, R7, R20, driven tick by tick with time passed in."""
 
 from __future__ import annotations
 

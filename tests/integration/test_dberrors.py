@@ -59,7 +59,8 @@ def test_a_missing_table_at_boot_stops_beat_naming_the_error(make_engine, monkey
 
 
 def test_a_due_query_the_server_refuses_stops_the_boot(make_engine, monkeypatch, t0):
-    """Issue 13: MariaDB refused ``FOR UPDATE OF`` and beat sat in memory mode for ever."""
+    """R23: MariaDB refuses ``FOR UPDATE OF``; a refusal that recurs is not an outage to sit
+    out in memory mode for ever."""
     monkeypatch.setattr(due, "fetch_due", _refused_feature)
     with pytest.raises(DatabaseUnusable, match="FOR UPDATE OF is not supported"):
         make_engine(CODE).tick(t0)

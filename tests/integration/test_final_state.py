@@ -1,4 +1,4 @@
-"""SPEC R22 against a real database: every run reaches a final state or ``no_news`` within a
+"""R22 against a real database: every run reaches a final state or ``no_news`` within a
 bound, ``overlap=skip`` skips only on evidence of a live run, and the worker keeps the
 tracking writes that fail. Time is passed in; the real processes, a database cut and a lost
 broker message are in tests/e2e/test_final_state.py."""

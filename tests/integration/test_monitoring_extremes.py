@@ -21,6 +21,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.test import override_settings
 
+from durablebeat.core import clock
 from durablebeat.enums import Reason, RunState
 from durablebeat.models import Boot, Incident, MissedSlots, Run, Schedule, WorkerHeartbeat
 from durablebeat.ops import health, metrics, report, status, words
@@ -238,7 +239,7 @@ def test_check_command_exits_0_1_or_2_never_a_traceback(extreme):
 
 @pytest.mark.parametrize("span", [48 * H, dt.timedelta(days=3_000_000)])
 def test_report_renders(extreme, t0, span):
-    since = words.window_start(t0, span)
+    since = clock.before(t0, span)
     built = report.build_report(since, t0)
     text = report.format_report(built)
     assert text.startswith("durablebeat report:")
@@ -336,10 +337,10 @@ def two_overdue(t0, time_machine):
 def test_a_row_that_raises_in_a_finder_is_a_bad_row_naming_it(two_overdue, t0, monkeypatch):
     real_ago = health.ago
 
-    def ago(now, then):
+    def ago(then, now):
         if then == t0 - 3 * H:
             raise LookupError("injected")
-        return real_ago(now, then)
+        return real_ago(then, now)
 
     monkeypatch.setattr(health, "ago", ago)
     found = {(f.code, f.schedule): f for f in health.check(t0)}

@@ -1,4 +1,4 @@
-"""Scale (issue 6): batched claims keep SPEC §1 per slot; idle costs one query; LISTEN wakes.
+"""Scale: batched claims keep §1 per slot; idle costs one query; LISTEN wakes.
 
 The figures themselves are in benchmarks/ (never asserted here); these tests hold the
 correctness the speed must not cost: each of many due slots claimed once, two beats racing

@@ -1,4 +1,4 @@
-"""Each database's own way to the same guarantees (SPEC §1, R3, R4; issue 13).
+"""Each database's own way to the same guarantees (§1, R3, R4, R23).
 
 PostgreSQL has ``FOR UPDATE OF ... SKIP LOCKED`` and ``UPDATE ... FROM ... RETURNING``;
 MariaDB has SKIP LOCKED (10.6+) but no ``OF`` and no ``UPDATE ... RETURNING``; MySQL 8 has
@@ -63,7 +63,7 @@ def _lock_wait_at_most(seconds: int) -> None:
 
 
 def test_the_due_query_asks_only_for_the_locking_the_server_has(t0):
-    """MariaDB refuses ``FOR UPDATE OF`` (Django raises NotSupportedError, issue 13): the
+    """MariaDB refuses ``FOR UPDATE OF`` (Django raises NotSupportedError): the
     due query locks with SKIP LOCKED alone there, with OF where the server has it."""
     if not connection.features.has_select_for_update:
         pytest.skip("SQLite locks no rows")
@@ -76,7 +76,7 @@ def test_the_due_query_asks_only_for_the_locking_the_server_has(t0):
 
 
 def test_a_second_beat_takes_the_due_rows_the_first_does_not_hold(t0):
-    """SPEC §1 with several beats on one burst: while one beat's transaction holds a batch,
+    """§1 with several beats on one burst: while one beat's transaction holds a batch,
     another beat's due query skips it and takes the next rows, without waiting."""
     if not connection.features.has_select_for_update_skip_locked:
         pytest.skip("no row locks to skip")

@@ -1,4 +1,4 @@
-"""Safe defaults (issue 12, R21): the demo project's DEBUG is off unless asked for, and the
+"""Safe defaults (R21): the demo project's DEBUG is off unless asked for, and the
 demo command asks for it. Read in a fresh interpreter: settings are read once per process."""
 
 from __future__ import annotations

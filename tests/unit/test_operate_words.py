@@ -113,26 +113,32 @@ def test_no_success_bound_of_rare_and_one_off_slots():
     assert health.no_success_bound(leap, T0, 3) == dt.datetime(2016, 2, 29, tzinfo=dt.UTC)
 
 
-def finding(code, severity):
-    return health.Finding(code, severity, "x")
+def finding(code):
+    return health.Finding(code, "x")
 
 
 def test_exit_code_is_the_worst_severity():
-    warn = finding("lost_runs", health.Severity.WARNING)
-    crit = finding("no_beat", health.Severity.CRITICAL)
+    warn = finding("lost_runs")
+    crit = finding("no_beat")
+    assert (warn.severity, crit.severity) == (health.Severity.WARNING, health.Severity.CRITICAL)
     assert health.exit_code([]) == 0
     assert health.exit_code([warn]) == 1
     assert health.exit_code([warn, crit]) == 2
 
 
 def test_exit_code_counts_only_what_was_asked_for():
-    down = finding("database_unreachable", health.Severity.CRITICAL)
+    down = finding("database_unreachable")
     assert health.exit_code([down], only=["no_beat"]) == 0
     assert health.exit_code([down], only=["no_beat", "database_unreachable"]) == 2
 
 
+def test_a_finding_code_without_a_severity_is_refused():
+    with pytest.raises(ValueError, match="add it to SEVERITIES"):
+        health.Finding("made_up", "x")
+
+
 def test_finding_line_and_json():
-    f = health.Finding("stuck", health.Severity.CRITICAL, "job: skipped for 7 h", "job")
+    f = health.Finding("stuck", "job: skipped for 7 h", "job")
     assert f.line() == "CRITICAL stuck: job: skipped for 7 h"
     assert f.as_dict() == {
         "code": "stuck",

@@ -1,4 +1,4 @@
-"""The pure decisions of SPEC §1-§2 (R2, R3, R7, R8), time passed in, no database."""
+"""The pure decisions of §1-§2 (R2, R3, R7, R8), time passed in, no database."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ def due(spec: timing.Spec, next_fire_at: dt.datetime | None, **kw) -> Due:
     return Due(
         id=1,
         name="s",
-        task="t",
         spec=spec,
         next_fire_at=next_fire_at,
         next_fire_reason=kw.pop("reason", Reason.SCHEDULED),

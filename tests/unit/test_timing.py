@@ -1,4 +1,4 @@
-"""Pure schedule math (SPEC R3, R7, R20; README "Crontab fields and daylight saving time").
+"""Pure schedule math (R3, R7, R20; README "Crontab fields and daylight saving time").
 
 Fixed datetimes pin the documented rules; hypothesis checks ``next_slot``, ``slots_between``,
 ``latest_slot`` and ``advance`` against the brute-force minute-by-minute oracle in

@@ -84,7 +84,7 @@ class Command(BaseCommand):
 
     def report(self, options: dict[str, Any]) -> None:
         now = clock.now()
-        built = report.build_report(words.window_start(now, _duration(options["since"])), now)
+        built = report.build_report(clock.before(now, _duration(options["since"])), now)
         if options["json"]:
             self.stdout.write(json.dumps(built.as_dict(), indent=2))
         else:
