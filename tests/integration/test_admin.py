@@ -14,6 +14,7 @@ from django.urls import reverse
 from durablebeat.beat import publishing
 from durablebeat.enums import Reason, RunState, Source
 from durablebeat.models import Run, Schedule
+from tests.integration.admin_forms import schedule_form
 
 pytestmark = pytest.mark.django_db
 
@@ -47,37 +48,20 @@ def change_url(row):
     return f"/admin/durablebeat/schedule/{row.pk}/change/"
 
 
+#: the schedule most tests here edit: weekday mornings in Berlin
+DIGEST = {
+    "name": "digest",
+    "kind": "crontab",
+    "every": "",
+    "minute": "0",
+    "hour": "8",
+    "day_of_week": "mon-fri",
+    "timezone": "Europe/Berlin",
+}
+
+
 def form_data(**overrides):
-    data = {
-        "name": "digest",
-        "task": TASK,
-        "description": "",
-        "enabled": "on",
-        "kind": "crontab",
-        "every": "",
-        "minute": "0",
-        "hour": "8",
-        "day_of_week": "mon-fri",
-        "day_of_month": "*",
-        "month_of_year": "*",
-        "timezone": "Europe/Berlin",
-        "clocked_at_0": "",
-        "clocked_at_1": "",
-        "next_fire_at_0": "",
-        "next_fire_at_1": "",
-        "args": "[]",
-        "kwargs": "{}",
-        "queue": "",
-        "routing_key": "",
-        "priority": "",
-        "expire_seconds": "",
-        "headers": "{}",
-        "startup_grace": "",
-        "catch_up_window": "",
-        "overlap": "skip",
-    }
-    data.update(overrides)
-    return {k: v for k, v in data.items() if v is not None}
+    return schedule_form(**{**DIGEST, **overrides})
 
 
 def errors_of(response):

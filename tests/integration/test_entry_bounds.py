@@ -18,6 +18,7 @@ from durablebeat.models import Schedule
 from durablebeat.ops import importer
 from durablebeat.schedulers import DurableScheduler
 from project.celery import app
+from tests.integration.admin_forms import schedule_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -64,39 +65,6 @@ def test_full_clean_refuses_out_of_range_values_naming_the_field(fields, field):
 # --- the admin form -----------------------------------------------------------------------
 
 
-def form_data(**overrides):
-    data = {
-        "name": "tick",
-        "task": TASK,
-        "description": "",
-        "enabled": "on",
-        "kind": "interval",
-        "every": "60s",
-        "minute": "*",
-        "hour": "*",
-        "day_of_week": "*",
-        "day_of_month": "*",
-        "month_of_year": "*",
-        "timezone": "UTC",
-        "clocked_at_0": "",
-        "clocked_at_1": "",
-        "next_fire_at_0": "",
-        "next_fire_at_1": "",
-        "args": "[]",
-        "kwargs": "{}",
-        "queue": "",
-        "routing_key": "",
-        "priority": "",
-        "expire_seconds": "",
-        "headers": "{}",
-        "startup_grace": "",
-        "catch_up_window": "",
-        "overlap": "skip",
-    }
-    data.update(overrides)
-    return data
-
-
 @pytest.mark.parametrize(
     ("overrides", "field", "words"),
     [
@@ -128,7 +96,7 @@ def form_data(**overrides):
     ],
 )
 def test_form_refuses_out_of_range_input_naming_the_field(admin_client, overrides, field, words):
-    response = admin_client.post(ADD, form_data(**overrides))
+    response = admin_client.post(ADD, schedule_form(**overrides))
     assert response.status_code == 200
     errors = {k: list(v) for k, v in response.context["adminform"].form.errors.items()}
     assert field in errors, errors

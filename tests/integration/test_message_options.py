@@ -31,6 +31,7 @@ from durablebeat.validation import MAX_TIME_LIMIT
 from durablebeat.worker import reclaim, tracking
 from durablebeat.worker.backlog import Backlog
 from project.celery import app
+from tests.integration.admin_forms import schedule_form
 
 pytestmark = pytest.mark.django_db
 
@@ -238,25 +239,9 @@ def test_the_model_refuses_what_the_code_sync_refuses():
 
 
 def _form(**overrides):
-    data = {
-        "name": "digest",
-        "task": TASK,
-        "enabled": "on",
-        "kind": "interval",
-        "every": "60s",
-        "minute": "*",
-        "hour": "*",
-        "day_of_week": "*",
-        "day_of_month": "*",
-        "month_of_year": "*",
-        "timezone": "UTC",
-        "args": "[]",
-        "kwargs": "{}",
-        "headers": "{}",
-        "overlap": "skip",
-        "ignore_result": "unknown",
-    }
-    return ScheduleForm(data={**data, **overrides})
+    return ScheduleForm(
+        data=schedule_form(**{"name": "digest", "ignore_result": "unknown", **overrides})
+    )
 
 
 def test_the_admin_form_edits_the_options_and_names_a_bad_one():

@@ -26,10 +26,17 @@ def test_scheduler_init_touches_neither_database_nor_broker():
 
 @pytest.mark.django_db(transaction=True)
 def test_close_may_be_called_twice_after_a_tick():
+    """Celery closes a scheduler from its SIGTERM handler and again on the way out: the
+    boot is stopped once, and the second close neither raises nor writes it again (R17)."""
+    from durablebeat.models import Boot
+
     scheduler = DurableScheduler(app)
     scheduler.tick()
     scheduler.close()
+    stopped_at = Boot.objects.get().stopped_at
+    assert stopped_at is not None
     scheduler.close()
+    assert Boot.objects.get().stopped_at == stopped_at
 
 
 @pytest.mark.django_db(transaction=True)
