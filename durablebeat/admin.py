@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
 
-from . import conf
+from . import admin_timeline, conf
 from .beat import publishing
 from .core import clock, timing
 from .enums import Reason, RunState, Source
@@ -230,6 +230,7 @@ class ScheduleAdmin(GuardedAdmin):
         "enabled",
         "kind",
         "source",
+        "last_outcome",  # "failing": the timeline selects its lanes by these too
         StuckFilter,
         OverdueFilter,
         ProblemFilter,
@@ -527,10 +528,15 @@ class ScheduleAdmin(GuardedAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         run_now = self.admin_site.admin_view(self.run_now_view)
+        timeline = self.admin_site.admin_view(self.timeline_view)
         return [
+            path("timeline/", timeline, name="durablebeat_schedule_timeline"),
             path("<path:object_id>/run-now/", run_now, name="durablebeat_schedule_run_now"),
             *super().get_urls(),
         ]
+
+    def timeline_view(self, request: HttpRequest) -> HttpResponse:
+        return admin_timeline.timeline_view(self, request)
 
     def run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return require_POST(self._run_now_view)(request, object_id)
@@ -562,6 +568,9 @@ class ScheduleAdmin(GuardedAdmin):
     ) -> HttpResponse:
         history = reverse("admin:durablebeat_run_changelist") + f"?schedule__id__exact={object_id}"
         extra_context = {**(extra_context or {}), "run_history_url": history}
+        row = self.get_object(request, unquote(object_id)) if request.method == "GET" else None
+        if row is not None:
+            extra_context["timeline"] = admin_timeline.detail(request, row)
         return super().change_view(request, object_id, form_url, extra_context)
 
 
