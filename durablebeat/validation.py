@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .conf import MAX_CATCH_UP_WINDOW, MAX_STARTUP_GRACE, settings
+from .conf import MAX_CATCH_UP_WINDOW, MAX_STARTUP_GRACE, InvalidSetting, settings
 from .core import timing
 
 if TYPE_CHECKING:
@@ -282,7 +282,10 @@ def _message_errors(schedule: Schedule) -> dict[str, str]:
             errors[name] = msg
     if "headers" not in errors and (msg := headers_error(schedule.headers)) is not None:
         errors["headers"] = msg
-    cap = settings.MAX_MESSAGE_BYTES
+    try:
+        cap = settings.MAX_MESSAGE_BYTES
+    except InvalidSetting as exc:  # refused with the reason, not a 500 at the save (R21)
+        return errors or {"args": f"the message size cannot be checked: {exc}"}
     if not errors and sum(sizes.values()) > cap:
         largest = max(sizes, key=lambda n: sizes[n])
         errors[largest] = (

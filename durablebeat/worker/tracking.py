@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import threading
@@ -79,10 +80,16 @@ def _is_ours_request(request: Any) -> bool:
 
 
 def hard_time_limit(task: Any) -> float | None:
-    """The hard limit the pool applies to this task: message, then task, then app."""
+    """The hard limit the pool applies to this task: message, then task, then app. None for
+    no limit, and for a value no database column holds (inf, NaN, not a number: MariaDB
+    refuses inf, and the started write would be lost with it)."""
     limits = getattr(task.request, "timelimit", None) or (None, None)
     value = limits[0] or getattr(task, "time_limit", None) or task.app.conf.task_time_limit
-    return float(value) if value else None
+    try:
+        seconds = float(value) if value else None
+    except (TypeError, ValueError):
+        return None
+    return seconds if seconds is not None and math.isfinite(seconds) and seconds > 0 else None
 
 
 def worker_name(task: Any) -> str:

@@ -104,6 +104,17 @@ def test_form_refuses_out_of_range_input_naming_the_field(admin_client, override
     assert not Schedule.objects.exists()
 
 
+def test_an_invalid_size_setting_refuses_the_save_saying_why(admin_client, settings):
+    """R21: with DURABLEBEAT_MAX_MESSAGE_BYTES out of its range the size of a message
+    cannot be checked; the page says so and nothing is saved (it was a 500)."""
+    settings.DURABLEBEAT_MAX_MESSAGE_BYTES = 10
+    response = admin_client.post(ADD, schedule_form())
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert "DURABLEBEAT_MAX_MESSAGE_BYTES" in " ".join(errors["args"])
+    assert not Schedule.objects.exists()
+
+
 # --- a code entry and an admin-made row of the same name ----------------------------------
 
 
