@@ -22,6 +22,7 @@ run() {  # python, pytest arguments...
     if [ $rc -ne 0 ]; then status=$rc; fi
 }
 "$PY" -m ruff check . || status=1
+"$PY" -m ruff format --check . || status=1
 "$PY" -m mypy || status=1  # strict, on durablebeat/ and project/ (pyproject's [tool.mypy])
 DURABLEBEAT_TEST_DB=postgres run "$PY" tests "$@"
 DURABLEBEAT_TEST_DB=sqlite run "$PY" tests/integration -m "not postgres_only" "$@"
