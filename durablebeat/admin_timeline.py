@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 LANES_PER_PAGE = 50
 #: the page's drawing: a label column, then the window across ``PLOT_WIDTH`` pixels
-LABEL_WIDTH = 250.0
-PLOT_WIDTH = 1000.0
+LABEL_WIDTH = 190.0
+PLOT_WIDTH = 800.0
 LANE_HEIGHT = 34.0
 AXIS_HEIGHT = 40.0
 CHART_HEIGHT = 80.0

@@ -37,7 +37,7 @@ from .timeline import (
     state_words,
     worst,
 )
-from .words import absolute, duration_words
+from .words import absolute, duration_words, relative
 
 #: the most boots drawn in a window (a deploy loop shows as many lines; the rest are said)
 MAX_BOOTS = 200
@@ -171,6 +171,9 @@ class Lane:
     enabled: bool
     error: str
     y: float
+    #: the schedule's last fire and the window's end, for a lane with nothing in it
+    last_fired: dt.datetime | None = None
+    until: dt.datetime | None = None
     total: int = 0
     marks: list[Mark] = field(default_factory=list)
     buckets: list[Bucket] = field(default_factory=list)
@@ -191,8 +194,18 @@ class Lane:
                 f"aggregated: {self.total:,} slots in {len(self.buckets)} buckets of {self.unit}"
             )
         elif not self.total and not self.missed:
-            notes.append("no slot in this window")
+            notes.append(f"no slot in this window; {self.last_fire_words}")
         return "; ".join(notes)
+
+    @property
+    def last_fire_words(self) -> str:
+        """ "never fired" or "last fired 12 d ago" (before the window's end): a starved
+        schedule is seen as one."""
+        if self.last_fired is None:
+            return "never fired"
+        if self.until is None or self.last_fired >= self.until:
+            return "fired after this window"
+        return f"last fired {relative(self.last_fired, self.until)}"
 
 
 def lanes(
@@ -202,7 +215,8 @@ def lanes(
     (since, until] as in the report."""
     since, until = scale.since, scale.until
     found = [
-        Lane(r.pk, r.name, r.enabled, r.error, top + i * lane_height) for i, r in enumerate(rows)
+        Lane(r.pk, r.name, r.enabled, r.error, top + i * lane_height, r.last_fired_at, until)
+        for i, r in enumerate(rows)
     ]
     by_id = {lane.schedule_id: lane for lane in found}
     for lane, row in zip(found, rows, strict=True):

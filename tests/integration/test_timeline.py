@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Permission, User
 
+from durablebeat import admin_timeline
 from durablebeat.enums import Reason, RunState
 from durablebeat.models import Boot, MissedSlots, Run, Schedule
 from durablebeat.ops import timeline
@@ -131,9 +132,10 @@ def test_boots_are_drawn_where_they_started(admin_client, scene):
     xs = {b.id: b.x for b in response.context["boots"]}
     first, second = scene["boots"]
     assert xs[first.pk] < xs[second.pk]
-    # 10 h and 3 h before the end of a 24 h window 1000 pixels wide, after the labels
-    assert xs[first.pk] == pytest.approx(250 + 1000 * 14 / 24, abs=0.1)
-    assert xs[second.pk] == pytest.approx(250 + 1000 * 21 / 24, abs=0.1)
+    # 10 h and 3 h before the end of the 24 h window, after the labels
+    x0, width = admin_timeline.LABEL_WIDTH, admin_timeline.PLOT_WIDTH
+    assert xs[first.pk] == pytest.approx(x0 + width * 14 / 24, abs=0.1)
+    assert xs[second.pk] == pytest.approx(x0 + width * 21 / 24, abs=0.1)
 
 
 def test_a_window_shows_only_its_slots(admin_client, scene):

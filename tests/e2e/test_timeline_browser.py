@@ -1,0 +1,238 @@
+"""Issue 15, as an operator tries it: the timeline in a real headless Chromium, on a database
+prepared with a starved schedule, a stuck one, a schedule firing on every deploy, a delivery
+slot caught up at a deploy, a failing schedule and an orphaned run. Each is seen on the
+timeline by its mark's shape and words, and a mark leads to its run.
+
+The screenshots are the README's pictures: they are written to ``docs/screenshots/`` and
+committed. Needs Debian's ``chromium`` and ``chromium-driver`` and Selenium
+(``scripts/system-tools.sh`` installs them).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_admin_browser import CHROMEDRIVER, CHROMIUM, fill, webdriver
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+H = dt.timedelta(hours=1)
+MIN = dt.timedelta(minutes=1)
+TASK = "tests.e2eapp.tasks.record"
+
+
+@pytest.fixture
+def browser() -> Any:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,900",
+        "--hide-scrollbars",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.implicitly_wait(5)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def shot(driver: Any, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+
+
+def prepare(now: dt.datetime) -> dict[str, Any]:
+    """A day of a deploy loop: eight boots, and what they did to six schedules."""
+    from durablebeat.enums import Reason, RunState
+    from durablebeat.models import Boot, Run, Schedule
+
+    def schedule(name: str, **fields: Any) -> Schedule:
+        fields.setdefault("every", dt.timedelta(hours=1))
+        return Schedule.objects.create(name=name, task=TASK, next_fire_at=now + H, **fields)
+
+    def run(row: Schedule, slot: dt.datetime, boot: Boot | None, **fields: Any) -> Run:
+        fields.setdefault("state", RunState.SUCCEEDED)
+        took = fields.pop("took", 40)
+        fired = slot + dt.timedelta(seconds=2)
+        return Run.objects.create(
+            schedule=row,
+            slot=slot,
+            boot=boot,
+            claimed_at=fired,
+            published_at=fired,
+            started_at=fired + dt.timedelta(seconds=1),
+            finished_at=fired + dt.timedelta(seconds=1 + took),
+            task_id=str(uuid.uuid4()),
+            **fields,
+        )
+
+    boots = []
+    for i in range(8):
+        started = now - (22 - 3 * i) * H + 7 * MIN
+        boots.append(
+            Boot.objects.create(
+                id=uuid.uuid4(),
+                hostname=f"web-{i % 2 + 1}",
+                pid=1000 + i,
+                started_at=started,
+                heartbeat_at=started + 3 * H - MIN,
+                stopped_at=started + 3 * H - MIN if i < 7 else None,
+            )
+        )
+
+    def boot_at(at: dt.datetime) -> Any:
+        earlier = [b for b in boots if b.started_at <= at]
+        return max(earlier, key=lambda b: b.started_at, default=None)
+
+    starved = schedule("cleanup-every-24h", every=dt.timedelta(days=1))
+    hourly = schedule("sync-crm")
+    nightly = schedule("nightly-report", every=dt.timedelta(days=1))
+    digest = schedule(
+        "morning-digest", kind="crontab", minute="0", hour="8", every=None, catch_up=True
+    )
+    feed = schedule("import-feed")
+    stuck = schedule(
+        "export-warehouse",
+        stuck_since=now - 9 * H,
+        stuck_reason="previous run still started (run since 9 h)",
+    )
+    top = now.replace(minute=0, second=0, microsecond=0)
+    for h in range(1, 24):
+        slot = top - h * H
+        failing = h < 7
+        run(
+            hourly,
+            slot,
+            boot_at(slot),
+            state=RunState.FAILED if failing else RunState.SUCCEEDED,
+            error="ConnectionError: crm.example is down" if failing else "",
+            took=30 + h,
+        )
+        if h == 10:
+            lost = run(feed, slot, boot_at(slot), state=RunState.LOST, detail="worker gone")
+        elif h < 9:
+            run(stuck, slot, boot_at(slot), state=RunState.SKIPPED, detail="previous run started")
+        elif h != 10:
+            run(feed, slot, boot_at(slot))
+            run(stuck, slot, boot_at(slot), took=600 + 30 * h)
+    for b in boots:  # every boot fires it again: the startup grace of a daily job
+        run(nightly, b.started_at + MIN, b, reason=Reason.STARTUP_GRACE)
+    caught = run(digest, boots[5].started_at + MIN, boots[5], reason=Reason.CATCH_UP)
+    run(hourly, now - 20 * MIN, None, reason=Reason.MANUAL, state=RunState.STARTED)
+    return {
+        "starved": starved,
+        "lost": lost,
+        "caught": caught,
+        "stuck": stuck,
+        "nightly": nightly,
+        "boots": boots,
+    }
+
+
+def wait_for(driver: Any, css: str) -> Any:
+    return WebDriverWait(driver, 10).until(lambda d: d.find_element(By.CSS_SELECTOR, css))
+
+
+def test_an_operator_sees_each_problem_on_the_timeline_and_reaches_its_run(browser, live_server):
+    from django.contrib.auth.models import User
+
+    from durablebeat.core import clock
+
+    User.objects.create_superuser("admin", "admin@example.com", "pw")
+    seen = prepare(clock.now())
+    b = browser
+    b.get(f"{live_server.url}/admin/login/?next=/admin/durablebeat/schedule/")
+    fill(b, "username", "admin")
+    fill(b, "password", "pw")
+    b.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    # The admin's navigation sidebar closed, as a person does for a wide page.
+    b.execute_script("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
+    b.refresh()
+    b.find_element(By.CSS_SELECTOR, "a.durablebeat-timeline-link").click()  # from the list
+    wait_for(b, "svg.tl-lanes")
+    assert b.title.startswith("Timeline")
+
+    def mark(kind: str, schedule: str) -> Any:
+        found = [
+            m
+            for m in b.find_elements(By.CSS_SELECTOR, f"a.tl-mark.tl-{kind}")
+            if m.get_attribute("aria-label").startswith(f"{schedule}: ")
+        ]
+        assert found, f"no {kind} mark of {schedule}"
+        return found[0]
+
+    assert "Failed" in mark("failed", "sync-crm").get_attribute("aria-label")
+    assert "caught up at boot" in mark("catch_up", "morning-digest").get_attribute("aria-label")
+    assert "fired by hand" in mark("manual", "sync-crm").get_attribute("aria-label")
+    assert "previous run started" in mark("skipped", "export-warehouse").get_attribute("aria-label")
+    nightly = [
+        m.get_attribute("aria-label")
+        for m in b.find_elements(By.CSS_SELECTOR, "a.tl-mark")
+        if m.get_attribute("aria-label").startswith("nightly-report: ")
+    ]
+    assert len(nightly) == 8 and all("startup grace" in n for n in nightly)  # one per deploy
+    assert len(b.find_elements(By.CSS_SELECTOR, "a.tl-boot")) == 8
+    band = b.find_element(By.CSS_SELECTOR, "rect.tl-stuck")
+    assert "stuck since" in band.get_attribute("aria-label")
+    starved = b.find_element(
+        By.CSS_SELECTOR, f'g.tl-lane[data-schedule="{seen["starved"].pk}"] text.tl-note'
+    )
+    assert "never fired" in starved.text
+    shot(b, "timeline")
+
+    # The table: the same marks, in words.
+    b.find_element(By.CSS_SELECTOR, "a.tl-table-link").click()
+    row = wait_for(b, f'tr.tl-row-mark[data-run="{seen["lost"].pk}"]')
+    assert "lost (reclaimed)" in row.text and "import-feed" in row.text
+
+    # Fires per deploy: the daily job fired at every boot, flagged.
+    b.find_element(By.CSS_SELECTOR, "a.tl-picture-link").click()
+    b.find_element(By.CSS_SELECTOR, "a.tl-deploys-link").click()
+    flagged = wait_for(b, "ul.tl-overfired").text
+    assert "nightly-report fired 8 times" in flagged
+    bars = b.find_elements(By.CSS_SELECTOR, "g.tl-deploy")
+    assert len(bars) == 9  # eight boots, and the admin's run now (no boot)
+    assert "no boot (admin run now)" in bars[-1].text
+    shot(b, "timeline-deploys")
+
+    # The orphaned run's mark leads to that run.
+    b.find_element(By.LINK_TEXT, "Show the lanes").click()
+    wait_for(b, "svg.tl-lanes")
+    mark("lost", "import-feed").click()
+    WebDriverWait(b, 10).until(lambda d: f"/run/{seen['lost'].pk}/change/" in d.current_url)
+    assert "Lost" in b.find_element(By.ID, "content").text
+
+    # The stuck schedule's page: its lane over 7 days, lateness and durations.
+    b.get(f"{live_server.url}/admin/durablebeat/schedule/{seen['stuck'].pk}/change/")
+    wait_for(b, "#timeline").find_element(By.LINK_TEXT, "last 24h").click()
+    WebDriverWait(b, 10).until(lambda d: "timeline=24h" in d.current_url)
+    detail = wait_for(b, "#timeline")
+    points = b.find_elements(By.CSS_SELECTOR, "#timeline svg.tl-chart-duration circle.tl-point")
+    assert len(points) == 14  # its runs that finished, each with its duration
+    b.execute_script("arguments[0].scrollIntoView({block: 'start'})", detail)
+    shot(b, "timeline-detail")
+
+    # The dark theme: the same page, readable.
+    b.get(f"{live_server.url}/admin/durablebeat/schedule/timeline/")
+    b.execute_script("localStorage.setItem('theme', 'dark')")
+    b.refresh()
+    wait_for(b, "svg.tl-lanes")
+    assert b.execute_script("return document.documentElement.dataset.theme") == "dark"
+    shot(b, "timeline-dark")
