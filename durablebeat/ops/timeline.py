@@ -216,6 +216,14 @@ def ticks(since: dt.datetime, until: dt.datetime, most: int = 9) -> list[tuple[d
     return found
 
 
+#: the longest duration said in words (a stored limit may be any float, R21)
+_LONGEST = (dt.timedelta.max - dt.timedelta(days=1)).total_seconds()
+
+
+def seconds_words(seconds: float) -> str:
+    return duration_words(dt.timedelta(seconds=max(-_LONGEST, min(seconds, _LONGEST))))
+
+
 @dataclass(frozen=True)
 class Point:
     at: dt.datetime
@@ -231,7 +239,7 @@ class PlacedPoint:
 
     @property
     def words(self) -> str:
-        return duration_words(dt.timedelta(seconds=self.point.seconds))
+        return seconds_words(self.point.seconds)
 
 
 @dataclass(frozen=True)
@@ -252,16 +260,15 @@ def chart(points: list[Point], scale: Scale, height: float, limit: float | None 
     finite = [p for p in points if math.isfinite(p.seconds)]
     usable_limit = limit if limit is not None and math.isfinite(limit) and limit > 0 else None
     top = max([p.seconds for p in finite] + [usable_limit or 0.0, 1.0])
-    top = min(top, dt.timedelta.max.total_seconds())
 
     def y(seconds: float) -> float:
-        return round(height - height * max(0.0, min(seconds, top)) / top, 1)
+        return round(height * (1 - max(0.0, min(seconds, top)) / top), 1)
 
     placed = [PlacedPoint(scale.x(p.at), y(p.seconds), p) for p in finite]
     return Chart(
         placed,
-        duration_words(dt.timedelta(seconds=top)),
+        seconds_words(top),
         height,
         y(usable_limit) if usable_limit is not None else None,
-        duration_words(dt.timedelta(seconds=usable_limit)) if usable_limit is not None else "",
+        seconds_words(usable_limit) if usable_limit is not None else "",
     )

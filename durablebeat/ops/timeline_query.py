@@ -4,8 +4,8 @@ and durations.
 
 Every query reads a page of lanes through the (schedule, slot) unique index: runs
 ``WHERE schedule_id IN (page) AND slot BETWEEN since AND until``, never all runs. A lane is
-counted first; a lane with more than ``BUCKET_ABOVE`` slots is grouped in SQL by a
-truncated slot and never fetched row by row.
+counted first, up to one past ``BUCKET_ABOVE``; a lane with more slots than that is grouped
+in SQL by a truncated slot (which counts it) and never fetched row by row.
 """
 
 from __future__ import annotations
@@ -224,9 +224,11 @@ def lanes(
             x, width = scale.span_x(row.stuck_since, until)
             lane.stuck = Band(row.stuck_since, row.stuck_reason, x, width)
     in_window = Run.objects.filter(schedule_id__in=list(by_id), slot__gt=since, slot__lte=until)
-    counts = in_window.values("schedule_id").annotate(n=Count("id")).order_by()
-    for c in counts:
-        by_id[c["schedule_id"]].total = c["n"]
+    for lane in found:
+        # Counted up to one past the threshold: a dense lane costs no more than a sparse one
+        # here, and the planner never picks a scan of all runs for it.
+        lane_runs = in_window.filter(schedule_id=lane.schedule_id).order_by()
+        lane.total = lane_runs.values("id")[: BUCKET_ABOVE + 1].count()
     sparse = [lane.schedule_id for lane in found if 0 < lane.total <= BUCKET_ABOVE]
     dense = [lane.schedule_id for lane in found if lane.total > BUCKET_ABOVE]
     _add_marks(in_window.filter(schedule_id__in=sparse), by_id, scale)
@@ -269,6 +271,7 @@ def _add_buckets(runs: QuerySet[Run], by_id: dict[int, Lane], scale: Scale) -> N
     for schedule_id, buckets in counts.items():
         lane = by_id[schedule_id]
         lane.unit = duration_words(width)
+        lane.total = sum(sum(k.values()) for k in buckets.values())
         most = max(sum(k.values()) for k in buckets.values())
         for start in sorted(buckets):
             total = sum(buckets[start].values())

@@ -407,3 +407,12 @@ def test_a_run_of_a_boot_gone_is_still_drawn(admin_client, scene):
     assert run.boot_id is None
     assert marks(admin_client.get(URL))[run.pk][0] == "failed"
     assert MAX_AT.year == 9999
+
+
+@pytest.mark.parametrize("limit", [1e308, -1e308, 0.0, 1e-300])
+def test_a_schedule_page_with_any_stored_time_limit_renders(admin_client, make_run, t0, limit):
+    row = Schedule.objects.create(name="odd-limit", task=TASK, every=H, time_limit=limit)
+    make_run(row, t0 - H, started_at=t0 - H, finished_at=t0 - H + 5 * S)
+    response = admin_client.get(f"/admin/durablebeat/schedule/{row.pk}/change/")
+    assert response.status_code == 200
+    assert 'class="tl-chart tl-chart-duration"' in response.content.decode()
