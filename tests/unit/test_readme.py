@@ -104,3 +104,57 @@ def test_the_readme_map_names_each_module_once():
     names = readme_modules()
     twice = sorted({p for p in names if names.count(p) > 1})
     assert not twice, f"README's module map names these more than once: {twice}"
+
+
+# --- what the README's tables and the map say against what the code holds ----------------
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+CONTRACT = (ROOT / "docs" / "CONTRACT.md").read_text(encoding="utf-8")
+
+
+def section(title: str) -> str:
+    """The text under the heading ``title`` (any level), to the next heading of any level."""
+    start = re.search(rf"^#+ {re.escape(title)}\n", README, re.MULTILINE)
+    assert start is not None, f"README has no section {title!r}"
+    end = re.search(r"^#+ ", README[start.end() :], re.MULTILINE)
+    return README[start.end() : start.end() + end.start() if end else len(README)]
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The cells of each row of the Markdown tables in ``text``, header and rule left out."""
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and not set(cells[0]) <= {"-", " "}:
+            rows.append(cells)
+    return rows[1:] if rows else rows
+
+
+def test_every_setting_is_in_the_readme_settings_table_and_no_other():
+    from durablebeat.checks import setting_names
+
+    listed = {row[0].strip("`") for row in table_rows(section("Settings"))}
+    defined = {f"DURABLEBEAT_{name}" for name in setting_names()}
+    assert listed == defined, (
+        f"missing from README's Settings: {sorted(defined - listed)}; "
+        f"listed but not settings: {sorted(listed - defined)}"
+    )
+
+
+def test_the_readme_findings_table_has_every_code_with_its_severity():
+    from durablebeat.ops.health import SEVERITIES
+
+    title = "`manage.py durablebeat check` (R17)"
+    listed = {row[0].strip("`"): row[1] for row in table_rows(section(title)) if len(row) > 2}
+    documented = {code: severity.name.lower() for code, severity in SEVERITIES.items()}
+    assert listed == documented
+
+
+def test_every_rule_of_the_contract_names_an_owning_module_in_the_map():
+    """A newcomer finds the module that owns each rule from the map: its line names it."""
+    rules = {int(n) for n in re.findall(r"^- \*\*R(\d+)\*\*", CONTRACT, re.MULTILINE)}
+    block = module_map(README)
+    package_lines = [line for line in block.splitlines() if line.startswith("  ")]
+    owned = {int(n) for line in package_lines for n in re.findall(r"\bR(\d+)\b", line)}
+    assert rules, "docs/CONTRACT.md defines no rule"
+    assert not rules - owned, f"rules no module line of the map names: {sorted(rules - owned)}"
