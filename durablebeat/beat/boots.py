@@ -1,4 +1,4 @@
-"""Beat boots in the ledger (R16): registered, kept alive by a heartbeat, stopped; and the
+"""Beat boots in the ledger (R17): registered, kept alive by a heartbeat, stopped; and the
 incidents a boot records."""
 
 from __future__ import annotations
