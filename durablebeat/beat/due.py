@@ -2,7 +2,8 @@
 policy decides on (``Due``, from a row), the broker message and the claim that carries it.
 
 A row that cannot be read or moved on is set aside with its error (``set_aside``); which
-errors are a row's and which are the database's is ``is_row_error``.
+errors are a row's and which are the database's is ``is_row_error``, and how a row's error
+reads is ``describe_row_error``.
 """
 
 from __future__ import annotations
@@ -186,6 +187,14 @@ def is_row_error(exc: BaseException) -> bool:
     if isinstance(exc, ImproperlyConfigured):
         return False
     return not isinstance(exc, DatabaseError) or isinstance(exc, DataError | IntegrityError)
+
+
+def describe_row_error(exc: BaseException) -> str:
+    """An exception as a row's ``error``: a refused field names itself (R20), anything
+    else names its type."""
+    if isinstance(exc, timing.InvalidSchedule):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def set_aside(schedule_id: int, error: str) -> None:

@@ -32,7 +32,7 @@ from .claims import apply_defer, apply_miss, mark_published, mark_unpublishable
 from .claims import claim as claim_batch
 from .codesync import CodeEntry
 from .codesync import sync as sync_code
-from .due import Claim, Message, due_from_row, is_row_error
+from .due import Claim, Message, describe_row_error, due_from_row, is_row_error
 from .loop import Hook, Refused
 from .outage import OutageFire, write_fires
 
@@ -217,7 +217,7 @@ class Engine:
                     bad: list[tuple[Due, Exception]] = []
                     claims = claim_batch(fires, self.boot_id, now, bad=bad)
                     for due, exc in bad:  # R21: set aside, the rest of the batch is claimed
-                        self.set_aside(due.id, due.name, _describe(exc))
+                        self.set_aside(due.id, due.name, describe_row_error(exc))
         except DatabaseError as exc:
             if not fires or dberrors.will_recur(exc):
                 raise
@@ -297,7 +297,7 @@ class Engine:
             except Exception as exc:
                 if not is_row_error(exc):
                     raise
-                self.set_aside(row.pk, row.name, _describe(exc))
+                self.set_aside(row.pk, row.name, describe_row_error(exc))
         return wake
 
     def _fire_unclaimed(
@@ -646,17 +646,9 @@ class Engine:
         logger.error(
             "schedule %s cannot be fired from memory and is skipped: %s",
             name,
-            _describe(exc),
+            describe_row_error(exc),
             extra={"event": "bad_schedule", "schedule": name},
         )
-
-
-def _describe(exc: BaseException) -> str:
-    """An exception as a row's ``error``: a refused field names itself (R20), anything
-    else names its type."""
-    if isinstance(exc, timing.InvalidSchedule):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _check_moves_on(action: Fire | Defer | Miss, now: dt.datetime) -> None:

@@ -17,11 +17,11 @@ import logging
 from dataclasses import dataclass
 
 from .. import conf
-from ..core import clock, timing
+from ..core import clock
 from ..enums import Reason
 from ..models import Run
 from .claims import in_doubt_runs, mark_missed, mark_published, take_over
-from .due import Claim, Message, is_row_error
+from .due import Claim, Message, describe_row_error, is_row_error
 from .loop import Loop
 
 logger = logging.getLogger("durablebeat")
@@ -167,10 +167,7 @@ def _settle_in_doubt(loop: Loop, run: Run, now: dt.datetime) -> None:
     except Exception as exc:  # R21: whatever the row raises, it alone is set aside
         if not is_row_error(exc):
             raise
-        why = (
-            str(exc) if isinstance(exc, timing.InvalidSchedule) else f"{type(exc).__name__}: {exc}"
-        )
-        loop.set_aside(schedule.pk, schedule.name, why)
+        loop.set_aside(schedule.pk, schedule.name, describe_row_error(exc))
         return  # settled once the row is fixed, inside its window
     if not take_over(run.pk, old_boot, loop.boot_id):
         return  # another beat took it
