@@ -24,7 +24,6 @@ MAX_CATCH_UP_WINDOW = dt.timedelta(days=366)
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024
 MIN_MAX_MESSAGE_BYTES, MAX_MAX_MESSAGE_BYTES = 1024, 16 * 1024 * 1024
 ZERO = dt.timedelta(0)
-MINUTE = dt.timedelta(minutes=1)
 HOUR = dt.timedelta(hours=1)
 DAY = dt.timedelta(days=1)
 #: the longest a duration setting may be unless its property says otherwise: far inside
@@ -41,6 +40,15 @@ def _range_words(low: float, high: float, low_open: bool, unit: str = "") -> str
     return f"{first} to {high:g}{unit}" if not low_open else f"{first} and at most {high:g}{unit}"
 
 
+def _as_float(value: float) -> float:
+    """An int beyond a float (``10**400``) is infinite: out of every range, refused as
+    ``InvalidSetting`` like any other value out of range, never an ``OverflowError``."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 def _seconds(
     value: Any,
     name: str,
@@ -52,7 +60,7 @@ def _seconds(
     if isinstance(value, dt.timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+        seconds = _as_float(value)
     else:
         raise InvalidSetting(f"{name} must be a timedelta or a number of seconds, got {value!r}")
     # Checked as a number first: NaN, infinity or 10**20 never reach timedelta's arithmetic.
@@ -84,7 +92,7 @@ class Settings:
         value = self._get(name, default)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise InvalidSetting(f"DURABLEBEAT_{name} must be a number, got {value!r}")
-        if not (math.isfinite(value) and low <= value <= high):
+        if not (math.isfinite(_as_float(value)) and low <= value <= high):
             words = _range_words(low, high, False)
             raise InvalidSetting(f"DURABLEBEAT_{name} must be {words}, got {value!r}")
         return float(value)
@@ -252,3 +260,22 @@ class Settings:
 
 
 settings = Settings()
+
+
+def setting_names() -> list[str]:
+    """Every setting ``conf`` knows, without its ``DURABLEBEAT_`` prefix."""
+    return [name for name in dir(Settings) if name.isupper()]
+
+
+def invalid_settings() -> dict[str, str]:
+    """{``DURABLEBEAT_*`` name: why it is invalid} for every setting ``conf`` refuses: the
+    system check ``durablebeat.E002``, and ``check``'s ``bad_setting`` for the processes
+    (gunicorn, the command) where system checks do not run. Generic over ``Settings``: a
+    property added there is read at once (R21)."""
+    bad = {}
+    for name in setting_names():
+        try:
+            getattr(settings, name)
+        except InvalidSetting as exc:
+            bad[f"DURABLEBEAT_{name}"] = str(exc)
+    return bad

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.db.models.functions import Coalesce
@@ -24,7 +23,7 @@ from django.db.models.functions import Coalesce
 from .. import conf
 from ..beat import dberrors
 from ..beat.claims import UNPUBLISHABLE
-from ..checks import setting_names
+from ..conf import invalid_settings as invalid_settings  # admin.py reads it here
 from ..core import clock, timing
 from ..enums import Kind, RunState
 from ..models import TIMING_FIELDS, Boot, Run, Schedule
@@ -519,19 +518,6 @@ def findings(now: dt.datetime, only: Iterable[str] | None = None) -> list[Findin
         wanted = {*only, "check_failed"}
         found = [f for f in found if f.code in wanted]
     return sorted(_one_bad_row_each(found), key=lambda f: -f.severity)
-
-
-def invalid_settings() -> dict[str, str]:
-    """{``DURABLEBEAT_*`` name: why it is invalid} for every setting ``conf`` refuses; the
-    same reading as the system check ``durablebeat.E002``, for the processes (gunicorn,
-    this command) where system checks do not run."""
-    bad = {}
-    for name in setting_names():
-        try:
-            getattr(conf.settings, name)
-        except (TypeError, ValueError, OverflowError, ImproperlyConfigured) as exc:
-            bad[f"DURABLEBEAT_{name}"] = str(exc)
-    return bad
 
 
 def find_bad_settings() -> list[Finding]:

@@ -274,7 +274,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     """``GET /durablebeat/metrics``: Prometheus text format."""
     if not AVAILABLE:
         return HttpResponse(NOT_INSTALLED + "\n", status=501, content_type="text/plain")
-    if bad := health.invalid_settings():
+    if bad := conf.invalid_settings():
         # Where system checks do not run (gunicorn): say which setting, not a 500. Only its
         # name: the reason may quote the value, and this answers before any token is checked.
         names = ", ".join(bad)

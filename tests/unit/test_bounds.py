@@ -174,12 +174,14 @@ def test_the_ranges_keep_all_date_arithmetic_finite():
         ("STARTUP_GRACE", math.nan),
         ("STARTUP_GRACE", math.inf),
         ("STARTUP_GRACE", 10**20),
+        ("STARTUP_GRACE", 10**400),
         ("STARTUP_GRACE", True),
         ("STARTUP_GRACE", "60"),
         ("STARTUP_GRACE", dt.timedelta(days=8)),
         ("MAX_INTERVAL", 0),
         ("MAX_INTERVAL", math.nan),
         ("MAX_INTERVAL", 10**9),
+        ("MAX_INTERVAL", 10**400),
         ("BATCH_SIZE", 0),
         ("BATCH_SIZE", 10**6),
         ("BATCH_SIZE", 1.5),
@@ -208,7 +210,7 @@ def test_a_bad_setting_is_refused_on_access_and_by_e002_naming_it(settings, name
 
 def test_every_setting_refuses_a_value_of_the_wrong_type(settings):
     """Generic over conf's properties: a setting added later is covered too."""
-    names = db_checks.setting_names()
+    names = conf.setting_names()
     assert {"STARTUP_GRACE", "METRICS_PUBLIC", "MAX_MESSAGE_BYTES"} <= set(names)
     for name in names:
         setattr(settings, f"DURABLEBEAT_{name}", object())
@@ -217,7 +219,7 @@ def test_every_setting_refuses_a_value_of_the_wrong_type(settings):
 
 def test_every_duration_setting_refuses_negative_and_nan(settings):
     durations = [
-        n for n in db_checks.setting_names() if isinstance(getattr(conf.settings, n), dt.timedelta)
+        n for n in conf.setting_names() if isinstance(getattr(conf.settings, n), dt.timedelta)
     ]
     assert len(durations) >= 15
     for bad in (-1, math.nan, math.inf):
@@ -264,6 +266,12 @@ def test_a_staleness_bound_not_above_its_heartbeat_is_w004(settings):
     assert [m.id for m in db_checks.check_setting_pairs()] == ["durablebeat.W004"]
     settings.DURABLEBEAT_WORKER_DEAD_AFTER = 31
     assert db_checks.check_setting_pairs() == []
+
+
+def test_a_pair_with_a_setting_beyond_a_float_is_left_to_e002(settings):
+    settings.DURABLEBEAT_WORKER_DEAD_AFTER = 10**400
+    assert db_checks.check_setting_pairs() == []
+    assert [m.id for m in db_checks.check_settings()] == ["durablebeat.E002"]
 
 
 def test_the_new_checks_are_registered():

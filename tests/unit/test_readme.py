@@ -131,7 +131,7 @@ def table_rows(text: str) -> list[list[str]]:
 
 
 def test_every_setting_is_in_the_readme_settings_table_and_no_other():
-    from durablebeat.checks import setting_names
+    from durablebeat.conf import setting_names
 
     listed = {row[0].strip("`") for row in table_rows(section("Settings"))}
     defined = {f"DURABLEBEAT_{name}" for name in setting_names()}

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ... import conf
 from ...core import clock
 from ...ops import health, importer, report, status, words
 
@@ -56,7 +57,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         checking = options["subcommand"] == "check"
-        if not options.get("skip_checks") and not (checking and health.invalid_settings()):
+        if not options.get("skip_checks") and not (checking and conf.invalid_settings()):
             self.check()
         handler = {
             "check": self.check_,
