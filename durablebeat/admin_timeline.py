@@ -70,6 +70,7 @@ def _drawing(window: timeline.Window, rows: list[Schedule], labels: bool = True)
         "height": height,
         "plot_x0": LABEL_WIDTH,
         "plot_x1": LABEL_WIDTH + PLOT_WIDTH,
+        "label_flip": LABEL_WIDTH + PLOT_WIDTH - 80,  # a boot's label left of its line
         "lane_height": LANE_HEIGHT,
         "styles": list(timeline.STYLES.values()),
         "bucket_above": timeline.BUCKET_ABOVE,
