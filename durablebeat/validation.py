@@ -327,14 +327,12 @@ def duration_error(
 
 
 def _words(value: dt.timedelta) -> str:
-    seconds = value.total_seconds()
-    if seconds == 0:
+    if not value:
         return "0"
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
-        if seconds >= size and seconds % size == 0:
-            count = seconds // size
-            return f"{count:g} {unit}" + ("s" if count != 1 else "")
-    return f"{seconds:g} seconds"
+    if whole := timing.whole_units(value):
+        count, unit = whole
+        return f"{count} {unit}" + ("s" if count != 1 else "")
+    return f"{value.total_seconds():g} seconds"
 
 
 def seconds_error(value: Any, high: float) -> str | None:
