@@ -168,7 +168,10 @@ TEXT_FIELDS = (
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
-def _shape_error(value: Any, expected: type, what: str) -> str | None:
+def shape_error(name: str, value: Any) -> str | None:
+    """Not the shape ``JSON_SHAPES`` asks of message field ``name``? The form, the engine
+    and the importer (which prefixes the field's name) say it in these words."""
+    expected, what = JSON_SHAPES[name]
     if not isinstance(value, expected):
         return f"must be a JSON {what}, got {type(value).__name__}"
     return None
@@ -179,8 +182,8 @@ def check_message_shapes(schedule: Schedule) -> None:
 
     Cheap enough for every fire: a row written around the form (SQL, a fixture, an old
     version) must be set aside as bad, not break the batch it is in (R20)."""
-    for name, (expected, what) in JSON_SHAPES.items():
-        if (msg := _shape_error(getattr(schedule, name), expected, what)) is not None:
+    for name in JSON_SHAPES:
+        if (msg := shape_error(name, getattr(schedule, name))) is not None:
             raise timing.InvalidSchedule(name, msg)
 
 
@@ -258,9 +261,9 @@ def headers_error(headers: Any) -> str | None:
     )
 
 
-def _json_size(value: Any, expected: type, what: str) -> tuple[str | None, int]:
+def _json_size(name: str, value: Any) -> tuple[str | None, int]:
     """(error, serialised size in bytes) of one JSON field of the message."""
-    if (msg := _shape_error(value, expected, what)) is not None:
+    if (msg := shape_error(name, value)) is not None:
         return msg, 0
     if (msg := json_depth_error(value)) is not None:
         return msg, 0
@@ -276,8 +279,8 @@ def _json_size(value: Any, expected: type, what: str) -> tuple[str | None, int]:
 def _message_errors(schedule: Schedule) -> dict[str, str]:
     errors: dict[str, str] = {}
     sizes: dict[str, int] = {}
-    for name, (expected, what) in JSON_SHAPES.items():
-        msg, sizes[name] = _json_size(getattr(schedule, name), expected, what)
+    for name in JSON_SHAPES:
+        msg, sizes[name] = _json_size(name, getattr(schedule, name))
         if msg is not None:
             errors[name] = msg
     if "headers" not in errors and (msg := headers_error(schedule.headers)) is not None:

@@ -25,7 +25,14 @@ from .. import conf
 from ..core import timing
 from ..enums import Reason, Source
 from ..models import Schedule
-from ..validation import MAX_EVERY, MIN_EVERY, describe_errors, validate_schedule_fields
+from ..validation import (
+    JSON_SHAPES,
+    MAX_EVERY,
+    MIN_EVERY,
+    describe_errors,
+    shape_error,
+    validate_schedule_fields,
+)
 from .words import absolute, duration_words, schedule_words
 
 logger = logging.getLogger("durablebeat")
@@ -101,15 +108,16 @@ def _periodic_task_model() -> Any:
     return apps.get_model("django_celery_beat", "PeriodicTask")
 
 
-def _json(text: str | None, expected: type, what: str, name: str) -> Any:
+def _json(text: str | None, name: str) -> Any:
+    """Message field ``name`` (``validation.JSON_SHAPES``) from django-celery-beat's text."""
     if not text:
-        return expected()
+        return JSON_SHAPES[name][0]()
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise Skip(f"{name}: malformed JSON ({exc})") from exc
-    if not isinstance(value, expected):
-        raise Skip(f"{name}: must be a JSON {what}, got {type(value).__name__}")
+    if (msg := shape_error(name, value)) is not None:
+        raise Skip(f"{name}: {msg}")
     return value
 
 
@@ -214,9 +222,9 @@ def build_row(task: Any, now: dt.datetime) -> tuple[Schedule, str, list[str]]:
             "enforce: re-create it and disable it by hand when it ends"
         )
     spec = _spec(task)
-    args = _json(task.args, list, "list", "args")
-    kwargs = _json(task.kwargs, dict, "object", "kwargs")
-    headers = _json(task.headers, dict, "object", "headers")
+    args = _json(task.args, "args")
+    kwargs = _json(task.kwargs, "kwargs")
+    headers = _json(task.headers, "headers")
     nxt, enabled, why = _next_fire(spec, task, now)
     if task.one_off and not isinstance(spec, timing.Clocked):
         if _ran(task):
