@@ -138,10 +138,8 @@ RESERVED_HEADERS = frozenset(
 RESERVED_HEADER_PREFIX = "durablebeat_"
 #: AMQP's delivery modes (``kombu.entity.DELIVERY_MODES``): 1 transient, 2 persistent
 DELIVERY_MODES = (1, 2)
-#: fields that are one printable line: a newline in a name would forge log lines
-LINE_FIELDS = (
-    "name",
-    "task",
+#: the message options whose value is a name, stored as it is
+TEXT_OPTIONS = (
     "queue",
     "exchange",
     "exchange_type",
@@ -150,6 +148,8 @@ LINE_FIELDS = (
     "compression",
     "shadow",
 )
+#: fields that are one printable line: a newline in a name would forge log lines
+LINE_FIELDS = ("name", "task", *TEXT_OPTIONS)
 #: every text field of a schedule a person or code writes: none may hold what the database
 #: refuses (NUL, a lone surrogate)
 TEXT_FIELDS = (

@@ -22,7 +22,7 @@ from kombu.entity import DELIVERY_MODES
 from ..core import timing
 from ..enums import Overlap, Source
 from ..models import MESSAGE_FIELDS, MESSAGE_OPTIONS, POLICY_FIELDS, Schedule
-from ..validation import MAX_EVERY, describe_errors, validate_schedule_fields
+from ..validation import MAX_EVERY, TEXT_OPTIONS, describe_errors, validate_schedule_fields
 
 logger = logging.getLogger("durablebeat")
 
@@ -68,16 +68,6 @@ REFUSED_OPTIONS = {
     "root_id": _CANVAS,
     "reply_to": _CANVAS,
 }
-#: options whose value is a name, stored as it is
-_TEXT_OPTIONS = (
-    "queue",
-    "exchange",
-    "exchange_type",
-    "routing_key",
-    "serializer",
-    "compression",
-    "shadow",
-)
 #: options whose value is a number of seconds
 _SECONDS_OPTIONS = ("expires", "time_limit", "soft_time_limit")
 
@@ -178,7 +168,7 @@ class _Reader:
     def message(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """{CodeEntry field: value} of an entry's message options, each read by its type."""
         values: dict[str, Any] = {
-            MESSAGE_OPTIONS[key]: self.text(options.get(key), key) for key in _TEXT_OPTIONS
+            MESSAGE_OPTIONS[key]: self.text(options.get(key), key) for key in TEXT_OPTIONS
         }
         for key in _SECONDS_OPTIONS:
             values[MESSAGE_OPTIONS[key]] = self.number(options.get(key), f"options[{key!r}]")
