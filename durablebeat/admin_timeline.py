@@ -137,7 +137,9 @@ def timeline_view(model_admin: ModelAdmin[Schedule], request: HttpRequest) -> Ht
         ],
         "from_value": request.GET.get("from", ""),
         "to_value": request.GET.get("to", ""),
-        "hidden": [(k, v) for k, v in request.GET.items() if k not in ("from", "to", "window")],
+        "hidden": [
+            (k, v) for k, v in request.GET.items() if k not in ("from", "to", "window", "page")
+        ],
         "table_url": _with(request, **{"as": "table"}),
         "picture_url": _with(request, **{"as": None}),
         "deploys_url": _with(request, show="deploys", page=None),

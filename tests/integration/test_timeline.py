@@ -216,6 +216,14 @@ def test_filter_links_keep_the_window(admin_client, scene):
     assert re.search(r'href="\?[^"]*stuck=yes[^"]*window=7d', html)
 
 
+def test_the_from_to_form_keeps_the_filters_and_starts_at_the_first_page(admin_client, scene):
+    html = admin_client.get(URL + "?stuck=yes&page=2&window=7d").content.decode()
+    form = html[html.index('<form method="get" class="tl-range"') :]
+    form = form[: form.index("</form>")]
+    assert '<input type="hidden" name="stuck" value="yes">' in form
+    assert 'name="page"' not in form and 'name="window"' not in form
+
+
 def test_a_bad_filter_says_so_and_still_answers(admin_client, scene):
     response = admin_client.get(URL + "?nonsense__field=1")
     assert response.status_code == 200
