@@ -1,5 +1,5 @@
-"""Beat boots in the ledger (R17): registered, kept alive by a heartbeat, stopped; and the
-incidents a boot records."""
+"""Beat boots in the ledger (R17): registered, kept alive by a heartbeat, stopped; which
+are alive (R16); and the incidents a boot records."""
 
 from __future__ import annotations
 
@@ -7,13 +7,33 @@ import datetime as dt
 import logging
 import uuid
 
-from .. import __version__
+from django.db.models import Q
+
+from .. import __version__, conf
 from ..models import (
     Boot,
     Incident,
 )
 
 logger = logging.getLogger("durablebeat")
+
+
+def alive_q(now: dt.datetime, via: str = "") -> Q:
+    """R16: a boot is alive while it has not said it stopped and its heartbeat is fresher
+    than ``HEARTBEAT_STALE_AFTER``. ``via`` reaches the boot over a relation (``"boot__"``)."""
+    fresh = now - conf.settings.HEARTBEAT_STALE_AFTER
+    return Q(**{f"{via}stopped_at__isnull": True, f"{via}heartbeat_at__gte": fresh})
+
+
+def dead_q(now: dt.datetime, via: str = "boot__") -> Q:
+    """``alive_q`` negated, for a row reaching its boot over ``via``: no boot, a stopped
+    one, or a silent one."""
+    stale_before = now - conf.settings.HEARTBEAT_STALE_AFTER
+    return (
+        Q(**{f"{via.removesuffix('__')}__isnull": True})
+        | Q(**{f"{via}stopped_at__isnull": False})
+        | Q(**{f"{via}heartbeat_at__lt": stale_before})
+    )
 
 
 def register_boot(boot_id: uuid.UUID, hostname: str, pid: int, now: dt.datetime) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.db.models.functions import Coalesce
 
 from .. import conf
@@ -40,6 +40,7 @@ from ..models import (
 )
 from ..validation import storable
 from . import batch_claim
+from .boots import dead_q
 from .due import Claim, Message, is_row_error
 
 logger = logging.getLogger("durablebeat")
@@ -368,17 +369,10 @@ def mark_missed(run_ids: Sequence[int], detail: str, now: dt.datetime) -> None:
     )
 
 
-def in_doubt_runs(
-    current_boot: uuid.UUID, stale_before: dt.datetime, limit: int = 500
-) -> list[Run]:
+def in_doubt_runs(current_boot: uuid.UUID, now: dt.datetime, limit: int = 500) -> list[Run]:
     """R9: runs claimed by a boot that is gone (stopped or silent) and never confirmed."""
-    dead = (
-        Q(boot__isnull=True)
-        | Q(boot__stopped_at__isnull=False)
-        | Q(boot__heartbeat_at__lt=stale_before)
-    )
     return list(
-        Run.objects.filter(dead, state=RunState.CLAIMED)
+        Run.objects.filter(dead_q(now), state=RunState.CLAIMED)
         .exclude(boot_id=current_boot)
         .select_related("schedule")
         .order_by("claimed_at")[:limit]

@@ -125,9 +125,7 @@ class InDoubtResend:
         if last is not None and now - last < IN_DOUBT_EVERY:
             return
         self.looked_at = now
-        s = conf.settings
-        stale_before = now - s.HEARTBEAT_STALE_AFTER
-        for run in in_doubt_runs(loop.boot_id, stale_before):
+        for run in in_doubt_runs(loop.boot_id, now):
             try:
                 _settle_in_doubt(loop, run, now)
             except Exception as exc:  # R21: one run's values never stop the others

@@ -22,6 +22,7 @@ from django.db.models.functions import Coalesce
 
 from .. import conf
 from ..beat import dberrors
+from ..beat.boots import alive_q
 from ..beat.claims import UNPUBLISHABLE
 from ..conf import invalid_settings as invalid_settings  # admin.py reads it here
 from ..core import clock, timing
@@ -133,9 +134,7 @@ def _each_row(
 
 
 def _live(now: dt.datetime) -> QuerySet[Boot]:
-    """Boots with a fresh heartbeat that did not say they stopped."""
-    fresh = now - conf.settings.HEARTBEAT_STALE_AFTER
-    return Boot.objects.filter(stopped_at__isnull=True, heartbeat_at__gte=fresh)
+    return Boot.objects.filter(alive_q(now))
 
 
 def live_boots(now: dt.datetime) -> list[Boot]:
