@@ -151,7 +151,7 @@ def reclaim_reason(
     """Why ``run`` is dead, or None when there is no evidence that it is (R15). A hard
     limit that is no number of seconds (infinite, NaN, negative: written around the worker)
     counts as none."""
-    limit = _seconds(run.hard_time_limit)
+    limit = hard_limit(run.hard_time_limit)
     if limit is not None and now > clock.shift(clock.shift(run.started_at, limit), margin):
         return (
             f"ran past its hard time limit ({run.hard_time_limit:g} s) plus the reclaim "
@@ -167,13 +167,17 @@ def reclaim_reason(
     return None
 
 
-def _seconds(value: float | None) -> dt.timedelta | None:
-    if value is None or not math.isfinite(value) or value <= 0:
+def hard_limit(value: float | None) -> dt.timedelta | None:
+    """A run's hard time limit as a duration, or None for no limit: a value that is no
+    number of seconds (NaN, zero, negative: written around the worker) is none. One longer
+    than a timedelta holds (1e308, infinity) never runs out: ``timedelta.max``, so a longer
+    limit is never taken for a shorter one."""
+    if value is None or math.isnan(value) or value <= 0:
         return None
     try:
         return dt.timedelta(seconds=value)
-    except OverflowError:  # more seconds than a timedelta holds: no limit in practice
-        return None
+    except OverflowError:  # more seconds than a timedelta holds
+        return dt.timedelta.max
 
 
 def no_news_bound(expire_seconds: float | None, no_news_after: dt.timedelta) -> dt.timedelta:

@@ -26,6 +26,7 @@ from ..beat.boots import alive_q
 from ..beat.claims import UNPUBLISHABLE
 from ..conf import invalid_settings as invalid_settings  # admin.py reads it here
 from ..core import clock, timing
+from ..core.policy import hard_limit
 from ..enums import Kind, RunState
 from ..models import TIMING_FIELDS, Boot, Run, Schedule
 from .words import duration_words, one_line
@@ -253,13 +254,12 @@ def _unresolved_after(run: Run) -> dt.timedelta:
     s = conf.settings
     if run.state == RunState.CLAIMED:
         return s.UNCONFIRMED_AFTER  # the publish was never confirmed: broker trouble
-    if run.state == RunState.STARTED and run.hard_time_limit:
+    if run.state == RunState.STARTED and (limit := hard_limit(run.hard_time_limit)):
         # Orphan reclaim should have ended it by then (R15).
         try:
-            return dt.timedelta(seconds=run.hard_time_limit) + s.RECLAIM_MARGIN + s.GC_INTERVAL
-        except (OverflowError, ValueError):  # beyond the calendar, or NaN
-            # A limit longer than the calendar never runs out; a nonsense one is no limit.
-            return dt.timedelta.max if run.hard_time_limit > 0 else s.UNRESOLVED_AFTER
+            return limit + s.RECLAIM_MARGIN + s.GC_INTERVAL
+        except OverflowError:  # a limit about as long as the calendar never runs out
+            return dt.timedelta.max
     return s.UNRESOLVED_AFTER
 
 

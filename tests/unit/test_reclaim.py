@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 
-from durablebeat.core.policy import StartedRun, reclaim_reason
+from durablebeat.core.policy import StartedRun, hard_limit, reclaim_reason
 
 T0 = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
 S = dt.timedelta(seconds=1)
@@ -38,3 +39,10 @@ def test_hard_limit_plus_margin_reclaims_even_a_live_worker():
     assert reclaim_reason(_run(30), at_edge, at_edge, DEAD, MARGIN) is None
     why = reclaim_reason(_run(30), at_edge + S, at_edge + S, DEAD, MARGIN)
     assert why is not None and "hard time limit (30 s)" in why
+
+
+def test_a_nonsense_limit_is_none_and_one_beyond_a_timedelta_never_runs_out():
+    for nonsense in (None, math.nan, 0.0, -5.0, -1e308):
+        assert hard_limit(nonsense) is None, nonsense
+    assert hard_limit(30) == 30 * S
+    assert hard_limit(1e308) == hard_limit(math.inf) == dt.timedelta.max
