@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Permission, User
 
-from durablebeat import admin_timeline
+from durablebeat.admin import timeline as admin_timeline
 from durablebeat.enums import Reason, RunState
 from durablebeat.models import Boot, MissedSlots, Run, Schedule
 from durablebeat.ops import timeline

@@ -1,216 +1,42 @@
-"""The Django admin (R19): schedules with their next fire in words, enable / disable / run
-now / reset, read-only run history, and a health summary when ``check`` would fail.
-
-Permissions are Django's model permissions: the actions need "change schedule"; the run
-history, boots, missed slots and incidents are view-only for everyone.
-"""
+"""The schedule admin (R19, R20): the list with next fire in words, enable / disable / run
+now / reset, the form's edit rules, recent runs, and a health summary when ``check`` would
+fail; the timeline's URL."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import unquote
-from django.contrib.admin.views.main import ChangeList
-from django.contrib.admin.widgets import AdminSplitDateTime
 from django.core.exceptions import PermissionDenied
-from django.db import DatabaseError, DataError, models, transaction
-from django.db.models import Count, Max, Min, Q, QuerySet
+from django.db import DatabaseError, models
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
-from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
 
-from . import admin_timeline, conf
-from .beat import publishing
-from .core import clock, timing
-from .enums import Reason, RunState, Source
-from .forms import CODE_OWNED_FIELDS, ScheduleForm, ShownToTheSecondField, apply_edit_rules
-from .models import (
-    LIMIT_FIELDS,
-    MESSAGE_FIELDS,
-    POLICY_FIELDS,
-    Boot,
-    Incident,
-    MissedSlots,
-    Run,
-    Schedule,
-    WorkerHeartbeat,
+from ..beat import publishing
+from ..core import clock, timing
+from ..enums import Reason, Source
+from ..forms import CODE_OWNED_FIELDS, ScheduleForm, ShownToTheSecondField, apply_edit_rules
+from ..models import LIMIT_FIELDS, MESSAGE_FIELDS, POLICY_FIELDS, Schedule
+from ..ops import health, words
+from . import timeline
+from .base import (
+    RECENT_RUNS,
+    EdgeSafeSplitDateTime,
+    GuardedAdmin,
+    instant,
+    local,
+    next_fire_cell,
+    outcome_html,
 )
-from .ops import health, words
+from .filters import OverdueFilter, ProblemFilter, StuckFilter
 
 logger = logging.getLogger("durablebeat")
-
-if TYPE_CHECKING:
-    _AnyAdminBase = admin.ModelAdmin[Any]
-else:  # Django's classes are generic for the type checker only
-    _AnyAdminBase = admin.ModelAdmin
-
-RECENT_RUNS = 20
-_OUTCOME_COLOURS = {
-    RunState.SUCCEEDED: "#2e7d32",
-    RunState.FAILED: "#c62828",
-    RunState.LOST: "#c62828",
-    RunState.SKIPPED: "#ef6c00",
-    RunState.MISSED: "#ef6c00",
-}
-
-
-def local(value: dt.datetime | None) -> str:
-    """An instant in the admin's time zone, with the zone said; in UTC at the calendar's
-    edges, where the local time would fall outside it (R21)."""
-    if value is None:
-        return "-"
-    try:
-        value = timezone.localtime(value)
-    except OverflowError:
-        return words.absolute(value)
-    return f"{value.year:04d}{value:-%m-%d %H:%M:%S %Z}"
-
-
-class EdgeSafeSplitDateTime(AdminSplitDateTime):
-    """The admin's date and time boxes; an instant that has no local time (the calendar's
-    edges, in a zone east or west of UTC) is shown as its UTC value instead of a 500."""
-
-    def decompress(self, value: Any) -> tuple[dt.date | None, dt.time | None]:
-        try:
-            return super().decompress(value)
-        except OverflowError:
-            return (value.date(), value.time())
-
-
-def _instant(value: dt.datetime | None) -> str:
-    if value is None:
-        return "-"
-    return f"{local(value)} ({words.relative(value, clock.now())})"
-
-
-def _outcome(state: str) -> str:
-    if not state:
-        return "-"
-    colour = _OUTCOME_COLOURS.get(RunState(state), "inherit")
-    return format_html('<span style="color:{}">{}</span>', colour, RunState(state).label)
-
-
-class GuardedAdmin(_AnyAdminBase):
-    """What every durablebeat admin page shares: odd query strings and broken settings
-    answer a page, never a 500 (R21).
-
-    A lookup value the database refuses (``?state=%00`` on PostgreSQL) or that Python
-    cannot compute with (``?next_fire_at__year=99999``) is a bad lookup: Django redirects
-    with ``?e=1``. The list's queries run inside the guard (``evaluate``), not later in the
-    template. An invalid ``DURABLEBEAT_*`` setting (system checks do not run under
-    gunicorn) is an error message naming it, on a page that still shows.
-    """
-
-    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
-        try:
-            with transaction.atomic():  # a savepoint: a refused query leaves no aborted txn
-                changelist = super().get_changelist_instance(request)
-                self.evaluate(changelist)
-        except (ValueError, OverflowError, DataError) as exc:
-            raise IncorrectLookupParameters(exc) from exc
-        return changelist
-
-    def evaluate(self, changelist: ChangeList) -> None:
-        """Run the list's queries now, inside the guard (the page then reads the cache)."""
-        len(changelist.result_list)
-
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        _say_invalid_settings(request)
-        return super().changelist_view(request, extra_context)
-
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        if request.method == "GET":
-            _say_invalid_settings(request)
-        return super().change_view(request, object_id, form_url, extra_context)
-
-
-def _say_invalid_settings(request: HttpRequest) -> None:
-    for name, why in health.invalid_settings().items():
-        messages.error(request, f"{name} is invalid, fix it in settings: {why}")
-
-
-def _late_after() -> dt.timedelta | None:
-    """``LATE_AFTER``, or None while it is invalid (the page says which setting)."""
-    try:
-        return conf.settings.LATE_AFTER
-    except conf.InvalidSetting:
-        return None
-
-
-def _next_fire_words(obj: Schedule) -> str:
-    try:
-        return words.next_fire_words(obj, clock.now())
-    except conf.InvalidSetting:  # LATE_AFTER: the page's message names it
-        return "(DURABLEBEAT_LATE_AFTER is invalid)"
-
-
-# --- schedule list filters ------------------------------------------------------------------
-
-
-class StuckFilter(admin.SimpleListFilter):
-    title = "stuck"
-    parameter_name = "stuck"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "Stuck (every fire skipped)"), ("no", "Not stuck")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
-        if self.value() == "yes":
-            return queryset.filter(stuck_since__isnull=False)
-        if self.value() == "no":
-            return queryset.filter(stuck_since__isnull=True)
-        return queryset
-
-
-class OverdueFilter(admin.SimpleListFilter):
-    title = "overdue"
-    parameter_name = "overdue"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "Overdue"), ("no", "On time")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
-        # As the list says it: "due now" within LATE_AFTER, "overdue" past it.
-        late_after = _late_after()
-        if late_after is None:
-            return queryset  # unfiltered; the page's message names the setting
-        late = clock.now() - late_after
-        overdue = Q(enabled=True, error="", next_fire_at__lt=late)
-        if self.value() == "yes":
-            return queryset.filter(overdue)
-        if self.value() == "no":
-            return queryset.exclude(overdue)
-        return queryset
-
-
-class ProblemFilter(admin.SimpleListFilter):
-    title = "bad row"
-    parameter_name = "invalid"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "Beat cannot use it")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
-        if self.value() == "yes":
-            return queryset.exclude(error="")
-        return queryset
-
-
-# --- schedules ------------------------------------------------------------------------------
 
 
 @admin.register(Schedule)
@@ -241,6 +67,8 @@ class ScheduleAdmin(GuardedAdmin):
         models.DateTimeField: {"form_class": ShownToTheSecondField, "widget": EdgeSafeSplitDateTime}
     }
     save_on_top = True
+    # At 100,000 schedules a second count(*) of the whole table per list load is waste.
+    show_full_result_count = False
     _status_fields = (
         "schedule_in_words",
         "next_fire_detail",
@@ -301,7 +129,7 @@ class ScheduleAdmin(GuardedAdmin):
 
     @admin.display(description="next fire", ordering="next_fire_at")
     def next_fire(self, obj: Schedule) -> str:
-        said = _next_fire_words(obj)
+        said = next_fire_cell(obj)
         if obj.next_fire_at is None or not obj.enabled or obj.error:
             return said
         colour = "#c62828" if said.startswith("overdue") else "inherit"
@@ -316,32 +144,32 @@ class ScheduleAdmin(GuardedAdmin):
     def next_fire_detail(self, obj: Schedule) -> str:
         if obj.pk is None:
             return "-"
-        return format_html("{} ({})", _next_fire_words(obj), local(obj.next_fire_at))
+        return format_html("{} ({})", next_fire_cell(obj), local(obj.next_fire_at))
 
     # Instants on the page read like the list's: "2026-03-02 12:04:00 UTC", and how long ago.
     @admin.display(description="last fired")
     def last_fired(self, obj: Schedule) -> str:
-        return _instant(obj.last_fired_at)
+        return instant(obj.last_fired_at)
 
     @admin.display(description="last completed")
     def last_completed(self, obj: Schedule) -> str:
-        return _instant(obj.last_completed_at)
+        return instant(obj.last_completed_at)
 
     @admin.display(description="last failed")
     def last_failed(self, obj: Schedule) -> str:
-        return _instant(obj.last_failed_at)
+        return instant(obj.last_failed_at)
 
     @admin.display(description="removed from code")
     def removed_from_code(self, obj: Schedule) -> str:
-        return _instant(obj.removed_from_code_at)
+        return instant(obj.removed_from_code_at)
 
     @admin.display(description="created")
     def created(self, obj: Schedule) -> str:
-        return _instant(obj.created_at)
+        return instant(obj.created_at)
 
     @admin.display(description="updated")
     def updated(self, obj: Schedule) -> str:
-        return _instant(obj.updated_at)
+        return instant(obj.updated_at)
 
     @admin.display(description="last completion", ordering="last_completed_at")
     def last_completion(self, obj: Schedule) -> str:
@@ -355,7 +183,7 @@ class ScheduleAdmin(GuardedAdmin):
 
     @admin.display(description="last outcome", ordering="last_outcome")
     def outcome(self, obj: Schedule) -> str:
-        return _outcome(obj.last_outcome)
+        return outcome_html(obj.last_outcome)
 
     @admin.display(description="stuck", ordering="stuck_since")
     def stuck(self, obj: Schedule) -> str:
@@ -397,7 +225,7 @@ class ScheduleAdmin(GuardedAdmin):
                 (
                     local(r.slot),
                     Reason(r.reason).label,
-                    _outcome(r.state),
+                    outcome_html(r.state),
                     r.worker or "-",
                     r.detail or r.error[:120] or "",
                 )
@@ -536,7 +364,7 @@ class ScheduleAdmin(GuardedAdmin):
         ]
 
     def timeline_view(self, request: HttpRequest) -> HttpResponse:
-        return admin_timeline.timeline_view(self, request)
+        return timeline.timeline_view(self, request)
 
     def run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return require_POST(self._run_now_view)(request, object_id)
@@ -570,7 +398,7 @@ class ScheduleAdmin(GuardedAdmin):
         extra_context = {**(extra_context or {}), "run_history_url": history}
         row = self.get_object(request, unquote(object_id)) if request.method == "GET" else None
         if row is not None:
-            extra_context["timeline"] = admin_timeline.detail(request, row)
+            extra_context["timeline"] = timeline.detail(request, row)
         return super().change_view(request, object_id, form_url, extra_context)
 
 
@@ -581,186 +409,3 @@ def health_context(now: dt.datetime) -> dict[str, Any]:
         "findings": found,
         "critical": any(f.severity == health.Severity.CRITICAL for f in found),
     }
-
-
-# --- history: read-only -------------------------------------------------------------------
-
-
-class ReadOnlyAdmin(GuardedAdmin):
-    """View permission shows it; nobody adds, edits or deletes history here.
-
-    Every datetime field ``x`` is shown as ``x_shown``, through ``local``: Django's own
-    display converts to the admin's time zone and raises at the calendar's edges (R21).
-    """
-
-    def __init__(self, model: Any, admin_site: Any) -> None:
-        super().__init__(model, admin_site)
-        self._instants = {
-            f.name: f.verbose_name
-            for f in model._meta.fields
-            if isinstance(f, models.DateTimeField)
-        }
-        for name, label in self._instants.items():
-            shown = admin.display(description=label, ordering=name)(
-                lambda obj, name=name: local(getattr(obj, name))
-            )
-            setattr(self, f"{name}_shown", shown)
-
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        fields = super().get_fields(request, obj)
-        return [f"{f}_shown" if f in self._instants else f for f in fields]
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-@admin.register(Run)
-class RunAdmin(ReadOnlyAdmin):
-    list_display = (
-        "slot_at",
-        "schedule_link",
-        "reason",
-        "state_coloured",
-        "boot_short",
-        "worker",
-        "claimed",
-        "took",
-        "note",
-    )
-    list_filter = (
-        ("schedule", admin.RelatedOnlyFieldListFilter),
-        "state",
-        "reason",
-        ("boot", admin.RelatedOnlyFieldListFilter),
-        "soft_time_limit_exceeded",
-    )
-    list_select_related = ("schedule", "boot")
-    search_fields = ("task_id", "schedule__name", "worker", "detail")
-    date_hierarchy = "slot"
-
-    def evaluate(self, changelist: ChangeList) -> None:
-        """Django's date drill-down raises at the calendar's edges: for ``slot__year=9999``
-        (the year after it does not exist: a bad lookup, ``GuardedAdmin``) and for slots
-        with no local time, which hides the drill-down."""
-        super().evaluate(changelist)
-        edges = changelist.queryset.aggregate(first=Min("slot"), last=Max("slot"))
-        try:
-            for value in edges.values():
-                if value is not None:
-                    timezone.localtime(value)
-        except OverflowError:
-            changelist.date_hierarchy = None
-
-    @admin.display(description="slot", ordering="slot")
-    def slot_at(self, obj: Run) -> str:
-        return local(obj.slot)
-
-    @admin.display(description="schedule", ordering="schedule__name")
-    def schedule_link(self, obj: Run) -> str:
-        url = reverse("admin:durablebeat_schedule_change", args=[obj.schedule_id])
-        return format_html('<a href="{}">{}</a>', url, obj.schedule.name)
-
-    @admin.display(description="state", ordering="state")
-    def state_coloured(self, obj: Run) -> str:
-        return _outcome(obj.state)
-
-    @admin.display(description="boot", ordering="boot__started_at")
-    def boot_short(self, obj: Run) -> str:
-        if obj.boot is None:
-            return "manual" if obj.reason == Reason.MANUAL else "-"
-        return format_html('<span title="{}">{}</span>', obj.boot, str(obj.boot_id)[:8])
-
-    @admin.display(description="claimed", ordering="claimed_at")
-    def claimed(self, obj: Run) -> str:
-        return local(obj.claimed_at)
-
-    @admin.display(description="took")
-    def took(self, obj: Run) -> str:
-        if obj.started_at and obj.finished_at:
-            return words.duration_words(obj.finished_at - obj.started_at)
-        return ""
-
-    @admin.display(description="detail")
-    def note(self, obj: Run) -> str:
-        last_error_line = obj.error.strip().splitlines()[-1] if obj.error.strip() else ""
-        text = obj.detail or last_error_line
-        if obj.soft_time_limit_exceeded:
-            text = f"soft time limit exceeded; {text}" if text else "soft time limit exceeded"
-        return text[:160]
-
-
-@admin.register(Boot)
-class BootAdmin(ReadOnlyAdmin):
-    list_display = (
-        "started",
-        "hostname",
-        "pid",
-        "heartbeat",
-        "stopped",
-        "alive",
-        "fires",
-        "version",
-    )
-    search_fields = ("hostname", "id")
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Boot]:
-        real = Q(run__task_id__isnull=False) & ~Q(
-            run__state__in=[RunState.SKIPPED, RunState.MISSED]
-        )
-        queryset: QuerySet[Boot] = super().get_queryset(request)
-        return queryset.annotate(n_fires=Count("run", filter=real))
-
-    @admin.display(description="started", ordering="started_at")
-    def started(self, obj: Boot) -> str:
-        return local(obj.started_at)
-
-    @admin.display(description="last heartbeat", ordering="heartbeat_at")
-    def heartbeat(self, obj: Boot) -> str:
-        return words.relative(obj.heartbeat_at, clock.now())
-
-    @admin.display(description="stopped", ordering="stopped_at")
-    def stopped(self, obj: Boot) -> str:
-        return local(obj.stopped_at) if obj.stopped_at else ""
-
-    @admin.display(description="alive", boolean=True)
-    def alive(self, obj: Boot) -> bool | None:
-        try:
-            fresh = clock.now() - conf.settings.HEARTBEAT_STALE_AFTER
-        except conf.InvalidSetting:  # the page's message names it
-            return None
-        return obj.stopped_at is None and obj.heartbeat_at >= fresh
-
-    @admin.display(description="fires", ordering="n_fires")
-    def fires(self, obj: Any) -> int:
-        return int(obj.n_fires)
-
-
-@admin.register(MissedSlots)
-class MissedSlotsAdmin(ReadOnlyAdmin):
-    list_display = (
-        "recorded_at_shown",
-        "schedule",
-        "count",
-        "first_slot_shown",
-        "last_slot_shown",
-        "reason",
-    )
-    list_filter = (("schedule", admin.RelatedOnlyFieldListFilter),)
-    list_select_related = ("schedule",)
-
-
-@admin.register(Incident)
-class IncidentAdmin(ReadOnlyAdmin):
-    list_display = ("at_shown", "kind", "count", "detail")
-    list_filter = ("kind",)
-
-
-@admin.register(WorkerHeartbeat)
-class WorkerHeartbeatAdmin(ReadOnlyAdmin):
-    list_display = ("worker", "pid", "seen_at_shown")

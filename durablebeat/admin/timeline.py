@@ -21,9 +21,9 @@ from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from .core import clock
-from .models import Schedule
-from .ops import timeline, timeline_query
+from ..core import clock
+from ..models import Schedule
+from ..ops import timeline, timeline_query
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin

@@ -1,0 +1,167 @@
+"""The ledger, read-only (R11, R17, R19): runs, boots, missed slots, incidents and worker
+liveness rows; view permission shows them, nobody edits history here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import Count, Max, Min, Q, QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from .. import conf
+from ..core import clock
+from ..enums import Reason, RunState
+from ..models import Boot, Incident, MissedSlots, Run, WorkerHeartbeat
+from ..ops import words
+from .base import ReadOnlyAdmin, local, outcome_html
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = (
+        "slot_at",
+        "schedule_link",
+        "reason",
+        "state_coloured",
+        "boot_short",
+        "worker",
+        "claimed",
+        "took",
+        "note",
+    )
+    list_filter = (
+        ("schedule", admin.RelatedOnlyFieldListFilter),
+        "state",
+        "reason",
+        ("boot", admin.RelatedOnlyFieldListFilter),
+        "soft_time_limit_exceeded",
+    )
+    list_select_related = ("schedule", "boot")
+    search_fields = ("task_id", "schedule__name", "worker", "detail")
+    date_hierarchy = "slot"
+
+    def evaluate(self, changelist: ChangeList) -> None:
+        """Django's date drill-down raises at the calendar's edges: for ``slot__year=9999``
+        (the year after it does not exist: a bad lookup, ``GuardedAdmin``) and for slots
+        with no local time, which hides the drill-down."""
+        super().evaluate(changelist)
+        edges = changelist.queryset.aggregate(first=Min("slot"), last=Max("slot"))
+        try:
+            for value in edges.values():
+                if value is not None:
+                    timezone.localtime(value)
+        except OverflowError:
+            changelist.date_hierarchy = None
+
+    @admin.display(description="slot", ordering="slot")
+    def slot_at(self, obj: Run) -> str:
+        return local(obj.slot)
+
+    @admin.display(description="schedule", ordering="schedule__name")
+    def schedule_link(self, obj: Run) -> str:
+        url = reverse("admin:durablebeat_schedule_change", args=[obj.schedule_id])
+        return format_html('<a href="{}">{}</a>', url, obj.schedule.name)
+
+    @admin.display(description="state", ordering="state")
+    def state_coloured(self, obj: Run) -> str:
+        return outcome_html(obj.state)
+
+    @admin.display(description="boot", ordering="boot__started_at")
+    def boot_short(self, obj: Run) -> str:
+        if obj.boot is None:
+            return "manual" if obj.reason == Reason.MANUAL else "-"
+        return format_html('<span title="{}">{}</span>', obj.boot, str(obj.boot_id)[:8])
+
+    @admin.display(description="claimed", ordering="claimed_at")
+    def claimed(self, obj: Run) -> str:
+        return local(obj.claimed_at)
+
+    @admin.display(description="took")
+    def took(self, obj: Run) -> str:
+        if obj.started_at and obj.finished_at:
+            return words.duration_words(obj.finished_at - obj.started_at)
+        return ""
+
+    @admin.display(description="detail")
+    def note(self, obj: Run) -> str:
+        last_error_line = obj.error.strip().splitlines()[-1] if obj.error.strip() else ""
+        text = obj.detail or last_error_line
+        if obj.soft_time_limit_exceeded:
+            text = f"soft time limit exceeded; {text}" if text else "soft time limit exceeded"
+        return text[:160]
+
+
+@admin.register(Boot)
+class BootAdmin(ReadOnlyAdmin):
+    list_display = (
+        "started",
+        "hostname",
+        "pid",
+        "heartbeat",
+        "stopped",
+        "alive",
+        "fires",
+        "version",
+    )
+    search_fields = ("hostname", "id")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Boot]:
+        real = Q(run__task_id__isnull=False) & ~Q(
+            run__state__in=[RunState.SKIPPED, RunState.MISSED]
+        )
+        queryset: QuerySet[Boot] = super().get_queryset(request)
+        return queryset.annotate(n_fires=Count("run", filter=real))
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: Boot) -> str:
+        return local(obj.started_at)
+
+    @admin.display(description="last heartbeat", ordering="heartbeat_at")
+    def heartbeat(self, obj: Boot) -> str:
+        return words.relative(obj.heartbeat_at, clock.now())
+
+    @admin.display(description="stopped", ordering="stopped_at")
+    def stopped(self, obj: Boot) -> str:
+        return local(obj.stopped_at) if obj.stopped_at else ""
+
+    @admin.display(description="alive", boolean=True)
+    def alive(self, obj: Boot) -> bool | None:
+        try:
+            fresh = clock.now() - conf.settings.HEARTBEAT_STALE_AFTER
+        except conf.InvalidSetting:  # the page's message names it
+            return None
+        return obj.stopped_at is None and obj.heartbeat_at >= fresh
+
+    @admin.display(description="fires", ordering="n_fires")
+    def fires(self, obj: Any) -> int:
+        return int(obj.n_fires)
+
+
+@admin.register(MissedSlots)
+class MissedSlotsAdmin(ReadOnlyAdmin):
+    list_display = (
+        "recorded_at_shown",
+        "schedule",
+        "count",
+        "first_slot_shown",
+        "last_slot_shown",
+        "reason",
+    )
+    list_filter = (("schedule", admin.RelatedOnlyFieldListFilter),)
+    list_select_related = ("schedule",)
+
+
+@admin.register(Incident)
+class IncidentAdmin(ReadOnlyAdmin):
+    list_display = ("at_shown", "kind", "count", "detail")
+    list_filter = ("kind",)
+
+
+@admin.register(WorkerHeartbeat)
+class WorkerHeartbeatAdmin(ReadOnlyAdmin):
+    list_display = ("worker", "pid", "seen_at_shown")
