@@ -123,9 +123,7 @@ DUE_FIELDS = (
 )
 
 
-def fetch_due(
-    now: dt.datetime, horizon: dt.datetime, limit: int, lock: bool = False
-) -> list[Schedule]:
+def fetch_due(horizon: dt.datetime, limit: int, lock: bool = False) -> list[Schedule]:
     """What is new (no next fire yet), then what is due now or before ``horizon``, in order.
 
     Two probes of the partial index, not one ``OR``: an ``OR`` makes PostgreSQL use a
@@ -155,7 +153,7 @@ def probe_due(now: dt.datetime) -> None:
     will recur on every tick (a locking clause the server refuses, a table or a privilege
     missing) shows here, before beat takes it for an outage (R23)."""
     with transaction.atomic():
-        fetch_due(now, now, 1, lock=True)
+        fetch_due(now, 1, lock=True)
         transaction.set_rollback(True)
 
 

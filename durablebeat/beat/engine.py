@@ -211,7 +211,7 @@ class Engine:
             # One transaction per batch: the due rows are read (and, on PostgreSQL, locked:
             # another beat takes the next batch), decided, and the whole batch claimed.
             with transaction.atomic():
-                rows = due_query.fetch_due(now, horizon, limit, lock=True)
+                rows = due_query.fetch_due(horizon, limit, lock=True)
                 wake = self._decide(rows, now, fires)
                 if fires:
                     bad: list[tuple[Due, Exception]] = []
@@ -326,7 +326,6 @@ class Engine:
                     now if published else None,
                     fire.next_fire_at,
                 ),
-                now,
             )
             if due.name in self.plan:
                 self.plan[due.name].next_fire_at = fire.next_fire_at
@@ -594,7 +593,6 @@ class Engine:
                     now if published else None,
                     planned.next_fire_at,
                 ),
-                now,
             )
             if planned.next_fire_at is not None:
                 wake = min(wake, planned.next_fire_at)
@@ -617,7 +615,7 @@ class Engine:
             self._dropped += 1
         return later
 
-    def _remember_outage_fire(self, fire: OutageFire, now: dt.datetime) -> None:
+    def _remember_outage_fire(self, fire: OutageFire) -> None:
         """Keep a fire for the ledger; a full memory drops its oldest (R21)."""
         if len(self.outage_fires) >= MAX_OUTAGE_FIRES:
             self.outage_fires.popleft()

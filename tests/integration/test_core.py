@@ -311,4 +311,4 @@ def test_due_query_uses_the_partial_index_on_postgres():
     now = timezone.now()
     qs = Schedule.objects.filter(enabled=True, next_fire_at__lte=now)
     assert "durablebeat_due_idx" in qs.explain()
-    assert fetch_due(now, now, 10) == []
+    assert fetch_due(now, 10) == []

@@ -120,7 +120,7 @@ def test_a_batch_keeps_firing_when_one_slot_already_has_a_run(make_engine, publi
 
 def _fires(now: dt.datetime) -> list:
     fires = []
-    for row in fetch_due(now, now, 1000):
+    for row in fetch_due(now, 1000):
         due = due_from_row(row)
         action = decide(due, now, dt.timedelta(seconds=10), False)
         assert isinstance(action, Fire)

@@ -45,7 +45,7 @@ def _many(n: int, due_at: dt.datetime) -> list[int]:
 
 def _fires(now: dt.datetime) -> list[tuple]:
     fires = []
-    for row in fetch_due(now, now, 1000):
+    for row in fetch_due(now, 1000):
         due = due_from_row(row)
         action = decide(due, now, dt.timedelta(seconds=10), False)
         assert isinstance(action, Fire)
@@ -69,7 +69,7 @@ def test_the_due_query_asks_only_for_the_locking_the_server_has(t0):
         pytest.skip("SQLite locks no rows")
     _many(3, t0)
     with transaction.atomic(), CaptureQueriesContext(connection) as queries:
-        assert len(fetch_due(t0, t0 + S, 10, lock=True)) == 3
+        assert len(fetch_due(t0 + S, 10, lock=True)) == 3
     sql = " ".join(q["sql"] for q in queries)
     assert "SKIP LOCKED" in sql
     assert ("FOR UPDATE OF" in sql) == connection.features.has_select_for_update_of
@@ -88,7 +88,7 @@ def test_a_second_beat_takes_the_due_rows_the_first_does_not_hold(t0):
     def hold() -> None:
         try:
             with transaction.atomic():
-                first.extend(r.pk for r in fetch_due(t0, t0 + S, 4, lock=True))
+                first.extend(r.pk for r in fetch_due(t0 + S, 4, lock=True))
                 held.set()
                 done.wait(20)
         finally:
@@ -100,7 +100,7 @@ def test_a_second_beat_takes_the_due_rows_the_first_does_not_hold(t0):
         assert held.wait(10)
         _lock_wait_at_most(3)
         with transaction.atomic():
-            second = [r.pk for r in fetch_due(t0, t0 + S, 4, lock=True)]
+            second = [r.pk for r in fetch_due(t0 + S, 4, lock=True)]
     finally:
         done.set()
         holder.join(20)
