@@ -1,5 +1,5 @@
 """Beat boots in the ledger (R17): registered, kept alive by a heartbeat, stopped; which
-are alive (R16); and the incidents a boot records."""
+are alive; and the incidents a boot records."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ logger = logging.getLogger("durablebeat")
 
 
 def alive_q(now: dt.datetime, via: str = "") -> Q:
-    """R16: a boot is alive while it has not said it stopped and its heartbeat is fresher
+    """R17: a boot is alive while it has not said it stopped and its heartbeat is fresher
     than ``HEARTBEAT_STALE_AFTER``. ``via`` reaches the boot over a relation (``"boot__"``)."""
     fresh = now - conf.settings.HEARTBEAT_STALE_AFTER
     return Q(**{f"{via}stopped_at__isnull": True, f"{via}heartbeat_at__gte": fresh})

@@ -26,19 +26,17 @@ from ..core.policy import (
     Due,
     Fire,
     Miss,
-    StartedRun,
     news_overdue,
     no_news_bound,
-    reclaim_reason,
 )
 from ..enums import IN_FLIGHT_STATES, Overlap, Reason, RunState
 from ..models import (
     MissedSlots,
     Run,
     Schedule,
-    WorkerHeartbeat,
 )
 from ..validation import storable
+from ..worker.reclaim import dead_reason, mark_no_news_runs, worker_seen_at
 from . import batch_claim
 from .boots import dead_q
 from .due import Claim, Message, is_row_error
@@ -110,16 +108,12 @@ def _in_flight(schedule_ids: Iterable[int], now: dt.datetime) -> dict[int, Run]:
         .annotate(expire_seconds=F("schedule__expire_seconds"), schedule_name=F("schedule__name"))
         .order_by("slot")
     )
-    started = [r for r in runs if r.state == RunState.STARTED]
-    seen = worker_seen_at({(r.worker, r.worker_pid or 0) for r in started}) if started else {}
+    seen = worker_seen_at(r for r in runs if r.state == RunState.STARTED)
     live: dict[int, Run] = {}
     overdue: list[Run] = []
     for run in runs:
         if run.state == RunState.STARTED and run.started_at is not None:
-            view = StartedRun(run.started_at, run.worker, run.worker_pid, run.hard_time_limit)
-            seen_at = seen.get((run.worker, run.worker_pid or 0))
-            dead = reclaim_reason(view, seen_at, now, s.WORKER_DEAD_AFTER, s.RECLAIM_MARGIN)
-            if dead is None:
+            if dead_reason(run, seen, now) is None:
                 live[run.schedule_id] = run
             continue  # a dead worker's run is the orphan reclaim's to mark lost (R15)
         bound = no_news_bound(run.expire_seconds, s.NO_NEWS_AFTER)
@@ -129,48 +123,8 @@ def _in_flight(schedule_ids: Iterable[int], now: dt.datetime) -> dict[int, Run]:
             overdue.append(run)
         # A claimed run past the bound stays claimed: its publish is retried, or settled
         # as in doubt (R9); it just no longer blocks.
-    mark_no_news(overdue, now)
+    mark_no_news_runs(overdue)
     return live
-
-
-def worker_seen_at(workers: Iterable[tuple[str, int]]) -> dict[tuple[str, int], dt.datetime]:
-    """The last liveness write of each (worker, pid) asked for that has one (R15)."""
-    wanted = set(workers)
-    rows = WorkerHeartbeat.objects.filter(worker__in={w for w, _ in wanted})
-    return {
-        (w, p): at for w, p, at in rows.values_list("worker", "pid", "seen_at") if (w, p) in wanted
-    }
-
-
-def no_news_detail(run: Run, bound: dt.timedelta) -> str:
-    sent = run.published_at or run.claimed_at
-    return (
-        f"no news since {sent.isoformat(timespec='seconds')}: no worker started it within "
-        f"{bound.total_seconds():g} s (message lost, or its queue not consumed); it no "
-        "longer holds its schedule (R22)"
-    )[:300]
-
-
-def mark_no_news(runs: Sequence[Run], now: dt.datetime) -> int:
-    """Published runs past their no-news bound: ``no_news`` with why. Only from published
-    (compare-and-set): a start or a completion that came meanwhile wins (R11)."""
-    s = conf.settings
-    moved = 0
-    for run in runs:
-        bound = no_news_bound(getattr(run, "expire_seconds", None), s.NO_NEWS_AFTER)
-        moved += Run.objects.filter(pk=run.pk, state=RunState.PUBLISHED).update(
-            state=RunState.NO_NEWS, detail=no_news_detail(run, bound)
-        )
-        name = getattr(run, "schedule_name", None) or run.schedule_id
-        logger.warning(
-            "no news schedule=%s slot=%s task_id=%s: no worker started it within %g s",
-            name,
-            run.slot.isoformat(),
-            run.task_id,
-            bound.total_seconds(),
-            extra={"event": "no_news", "schedule": name, "task_id": run.task_id},
-        )
-    return moved
 
 
 def _skip_reason(run: Run) -> str:

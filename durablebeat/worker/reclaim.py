@@ -17,6 +17,10 @@ a row in the database, taken by compare-and-set), in three steps:
    reclaimed; past its no-news bound it is marked ``no_news`` (a message lost by the
    broker, or a queue nobody consumes), which ``check`` reports and which no longer holds
    an ``overlap=skip`` schedule. A start or completion that comes later still wins.
+
+Whether a started run is dead (``dead_reason``) and the no-news write are also what a
+claim asks before it skips for an earlier run (``beat.claims``): beat/ imports worker/,
+never the other way (``tests/unit/test_layout.py``).
 """
 
 from __future__ import annotations
@@ -24,21 +28,21 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F, Q
 
 from .. import conf
-from ..beat import claims
-from ..beat.boots import incident
-from ..beat.claims import worker_seen_at
-from ..beat.loop import Loop
 from ..core.policy import StartedRun, news_overdue, no_news_bound, reclaim_reason
 from ..enums import RunState
-from ..models import Marker, Run, WorkerHeartbeat
+from ..models import Incident, Marker, Run, WorkerHeartbeat
 from . import completion
+
+if TYPE_CHECKING:  # the beat runs this hook; worker/ never imports beat/ (test_layout)
+    from ..beat.loop import Loop
 
 logger = logging.getLogger("durablebeat")
 
@@ -113,7 +117,7 @@ def run_round(now: dt.datetime, boot_id: uuid.UUID | None) -> tuple[int, int]:
         )
         reconciled = 0
     done = reconciled, reclaim(now, boot_id)
-    mark_no_news(now)
+    no_news_round(now)
     # A run of a forgotten worker reads as "no liveness row": still evidence of death.
     WorkerHeartbeat.objects.filter(seen_at__lt=now - FORGET_WORKERS_AFTER).delete()
     return done
@@ -204,7 +208,6 @@ def _finished_from_backend(backend: Any, task_id: str, now: dt.datetime) -> Any:
 
 
 def reclaim(now: dt.datetime, boot_id: uuid.UUID | None) -> int:
-    s = conf.settings
     runs = list(
         Run.objects.filter(state=RunState.STARTED, started_at__isnull=False)
         .select_related("schedule")
@@ -212,14 +215,10 @@ def reclaim(now: dt.datetime, boot_id: uuid.UUID | None) -> int:
     )
     if not runs:
         return 0
-    seen = worker_seen_at({(r.worker, r.worker_pid or 0) for r in runs})
+    seen = worker_seen_at(runs)
     reclaimed: list[str] = []
     for run in runs:
-        if run.started_at is None:  # excluded by the query; narrows the type
-            continue
-        view = StartedRun(run.started_at, run.worker, run.worker_pid, run.hard_time_limit)
-        seen_at = seen.get((run.worker, run.worker_pid or 0))
-        why = reclaim_reason(view, seen_at, now, s.WORKER_DEAD_AFTER, s.RECLAIM_MARGIN)
+        why = dead_reason(run, seen, now)
         if why is None:
             continue
         # Compare-and-set: a completion that arrived meanwhile wins.
@@ -237,7 +236,13 @@ def reclaim(now: dt.datetime, boot_id: uuid.UUID | None) -> int:
                 extra={"event": "lost", "schedule": run.schedule.name},
             )
     if reclaimed:
-        incident("reclaim", "\n".join(reclaimed[:20]), now, boot_id, len(reclaimed))
+        Incident.objects.create(
+            kind="reclaim",
+            detail="\n".join(reclaimed[:20]),
+            count=len(reclaimed),
+            at=now,
+            boot_id=boot_id,
+        )
         logger.warning(
             "reclaim count=%d: runs whose worker is gone or past their hard limit are lost",
             len(reclaimed),
@@ -249,7 +254,7 @@ def reclaim(now: dt.datetime, boot_id: uuid.UUID | None) -> int:
 # --- step 3: no news (R22) ------------------------------------------------------------------
 
 
-def mark_no_news(now: dt.datetime) -> int:
+def no_news_round(now: dt.datetime) -> int:
     """Published runs of any schedule past their no-news bound become ``no_news``, so that
     ``check``, ``status`` and the admin say so for ``overlap=allow`` schedules too (a skip
     schedule's own are marked as soon as its next slot is claimed)."""
@@ -267,4 +272,68 @@ def mark_no_news(now: dt.datetime) -> int:
         if run.published_at is not None
         and news_overdue(run.published_at, no_news_bound(run.expire_seconds, s.NO_NEWS_AFTER), now)
     ]
-    return claims.mark_no_news(overdue, now)
+    return mark_no_news_runs(overdue)
+
+
+def no_news_detail(run: Run, bound: dt.timedelta) -> str:
+    sent = run.published_at or run.claimed_at
+    return (
+        f"no news since {sent.isoformat(timespec='seconds')}: no worker started it within "
+        f"{bound.total_seconds():g} s (message lost, or its queue not consumed); it no "
+        "longer holds its schedule (R22)"
+    )[:300]
+
+
+def mark_no_news_runs(runs: Sequence[Run]) -> int:
+    """Published runs past their no-news bound: ``no_news`` with why. Only from published
+    (compare-and-set): a start or a completion that came meanwhile wins (R11). This round's
+    and the claim's (``beat.claims``, a skip schedule's own runs) write."""
+    s = conf.settings
+    moved = 0
+    for run in runs:
+        bound = no_news_bound(getattr(run, "expire_seconds", None), s.NO_NEWS_AFTER)
+        moved += Run.objects.filter(pk=run.pk, state=RunState.PUBLISHED).update(
+            state=RunState.NO_NEWS, detail=no_news_detail(run, bound)
+        )
+        name = getattr(run, "schedule_name", None) or run.schedule_id
+        logger.warning(
+            "no news schedule=%s slot=%s task_id=%s: no worker started it within %g s",
+            name,
+            run.slot.isoformat(),
+            run.task_id,
+            bound.total_seconds(),
+            extra={"event": "no_news", "schedule": name, "task_id": run.task_id},
+        )
+    return moved
+
+
+# --- is a started run dead? (R15): the reclaim's and the overlap skip's evidence ------------
+
+
+def _worker_key(run: Run) -> tuple[str, int]:
+    return run.worker, run.worker_pid or 0
+
+
+def worker_seen_at(runs: Iterable[Run]) -> dict[tuple[str, int], dt.datetime]:
+    """The last liveness write of each run's worker process that has one, by (worker, pid)."""
+    wanted = {_worker_key(run) for run in runs}
+    if not wanted:
+        return {}
+    rows = WorkerHeartbeat.objects.filter(worker__in={w for w, _ in wanted})
+    return {
+        (w, p): at for w, p, at in rows.values_list("worker", "pid", "seen_at") if (w, p) in wanted
+    }
+
+
+def dead_reason(
+    run: Run, seen: Mapping[tuple[str, int], dt.datetime], now: dt.datetime
+) -> str | None:
+    """Why a started run is dead (its worker silent past ``WORKER_DEAD_AFTER``, or past its
+    hard time limit plus ``RECLAIM_MARGIN``), or None with no evidence that it is (R15).
+    ``seen``: ``worker_seen_at`` of the runs asked about."""
+    if run.started_at is None:  # never started: nothing to judge
+        return None
+    s = conf.settings
+    view = StartedRun(run.started_at, run.worker, run.worker_pid, run.hard_time_limit)
+    seen_at = seen.get(_worker_key(run))
+    return reclaim_reason(view, seen_at, now, s.WORKER_DEAD_AFTER, s.RECLAIM_MARGIN)

@@ -109,3 +109,11 @@ def test_the_core_imports_no_database_and_nothing_of_beat_worker_or_ops():
     for name in (m for m in MODULES if m.startswith("durablebeat.core")):
         bad = sorted(m for m in _imports(name) if m.startswith(NOT_IN_CORE))
         assert not bad, f"{name} imports {bad}"
+
+
+def test_the_worker_side_never_imports_the_beat_side():
+    """One way only: the beat runs the worker side's reclaim round and asks it whether a run
+    is dead; worker/ (tracking, completion, reclaim) needs nothing of beat/."""
+    for name in (m for m in MODULES if m.startswith("durablebeat.worker")):
+        bad = sorted(m for m in _imports(name) if m.startswith("durablebeat.beat"))
+        assert not bad, f"{name} imports {bad}"
