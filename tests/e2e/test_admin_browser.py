@@ -1,63 +1,33 @@
 """The admin in a real headless Chromium: log in, create a crontab schedule, see a bad
 field refused with its message, run it now and see the run in the history.
 
-Needs Debian's ``chromium`` and ``chromium-driver`` and Selenium (``scripts/system-tools.sh``
-installs them). Screenshots go to ``test-output/screenshots/`` (kept out of git).
+Chromium and the screenshots: ``tests/e2e/browser.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.e2e.browser import chromium, fill, log_in, shot
+
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
-#: run now sends to the real broker; a queue of its own, removed afterwards
-QUEUE = f"durablebeat-browser-test{os.environ.get('DURABLEBEAT_TEST_SUFFIX', '')}"
-MISSING = "Chromium, chromedriver or Selenium is missing (scripts/system-tools.sh installs them)"
-
-try:
-    from selenium import webdriver
-except ImportError:
-    webdriver = None
-if CHROMIUM is None or CHROMEDRIVER is None or webdriver is None:
-    if os.environ.get("CI"):
-        # CI runs scripts/system-tools.sh first: a skip there would hide a broken install.
-        pytest.fail(MISSING, pytrace=False)
-    pytest.skip(MISSING, allow_module_level=True)
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select  # noqa: E402
+
+#: run now sends to the real broker; a queue of its own, removed afterwards
+QUEUE = f"durablebeat-browser-test{os.environ.get('DURABLEBEAT_TEST_SUFFIX', '')}"
 
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-dev-shm-usage",
-        "--window-size=1600,1000",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.implicitly_wait(5)
-    try:
+    with chromium(1600, 1000) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture
@@ -68,19 +38,6 @@ def broker_queue() -> Iterator[str]:
 
     with contextlib.suppress(redis.RedisError):
         redis.Redis.from_url(settings.CELERY_BROKER_URL).delete(QUEUE)
-
-
-def shot(driver: Any, name: str) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"{name}.png"
-    driver.save_screenshot(str(path))
-    return path
-
-
-def fill(driver: Any, name: str, value: str) -> None:
-    box = driver.find_element(By.NAME, name)
-    box.clear()
-    box.send_keys(value)
 
 
 def test_admin_create_refuse_run_now_and_history(browser, live_server, broker_queue):
@@ -97,10 +54,7 @@ def test_admin_create_refuse_run_now_and_history(browser, live_server, broker_qu
     beat.tick(clock.now())
     b = browser
 
-    b.get(f"{live_server.url}/admin/login/?next=/admin/durablebeat/schedule/")
-    fill(b, "username", "admin")
-    fill(b, "password", "pw")
-    b.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    log_in(b, live_server.url, "admin", "pw")
     assert "Select schedule to change" in b.title
 
     # Create a crontab schedule with a bad minute: refused, with the field's message.

@@ -1,61 +1,37 @@
-"""Issue 15, as an operator tries it: the timeline in a real headless Chromium, on a database
+"""The timeline (R19) as an operator tries it, in a real headless Chromium, on a database
 prepared with a starved schedule, a stuck one, a schedule firing on every deploy, a delivery
 slot caught up at a deploy, a failing schedule and an orphaned run. Each is seen on the
 timeline by its mark's shape and words, and a mark leads to its run.
 
-The screenshots are the README's pictures: they are written to ``docs/screenshots/`` and
-committed. Needs Debian's ``chromium`` and ``chromium-driver`` and Selenium
-(``scripts/system-tools.sh`` installs them).
+Its screenshots are the README's pictures, kept in ``tests/e2e/screenshots/``
+(``DURABLEBEAT_UPDATE_SCREENSHOTS=1`` takes them again; see ``tests/e2e/browser.py``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.e2e.test_admin_browser import CHROMEDRIVER, CHROMIUM, fill, webdriver
+from tests.e2e.browser import chromium, log_in, shot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 H = dt.timedelta(hours=1)
 MIN = dt.timedelta(minutes=1)
 TASK = "tests.e2eapp.tasks.record"
 
 
 @pytest.fixture
-def browser() -> Any:
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,900",
-        "--hide-scrollbars",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.implicitly_wait(5)
-    try:
+def browser() -> Iterator[Any]:
+    with chromium(1400, 900) as driver:
         yield driver
-    finally:
-        driver.quit()
-
-
-def shot(driver: Any, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
 
 
 def prepare(now: dt.datetime) -> dict[str, Any]:
@@ -158,10 +134,7 @@ def test_an_operator_sees_each_problem_on_the_timeline_and_reaches_its_run(brows
     User.objects.create_superuser("admin", "admin@example.com", "pw")
     seen = prepare(clock.now())
     b = browser
-    b.get(f"{live_server.url}/admin/login/?next=/admin/durablebeat/schedule/")
-    fill(b, "username", "admin")
-    fill(b, "password", "pw")
-    b.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    log_in(b, live_server.url, "admin", "pw")
     # The admin's navigation sidebar closed, as a person does for a wide page.
     b.execute_script("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
     b.refresh()
@@ -195,7 +168,7 @@ def test_an_operator_sees_each_problem_on_the_timeline_and_reaches_its_run(brows
         By.CSS_SELECTOR, f'g.tl-lane[data-schedule="{seen["starved"].pk}"] text.tl-note'
     )
     assert "never fired" in starved.text
-    shot(b, "timeline")
+    shot(b, "timeline", keep=True)
 
     # The table: the same marks, in words.
     b.find_element(By.CSS_SELECTOR, "a.tl-table-link").click()
@@ -210,7 +183,7 @@ def test_an_operator_sees_each_problem_on_the_timeline_and_reaches_its_run(brows
     bars = b.find_elements(By.CSS_SELECTOR, "g.tl-deploy")
     assert len(bars) == 9  # eight boots, and the admin's run now (no boot)
     assert "no boot (admin run now)" in bars[-1].text
-    shot(b, "timeline-deploys")
+    shot(b, "timeline-deploys", keep=True)
 
     # The orphaned run's mark leads to that run.
     b.find_element(By.LINK_TEXT, "Show the lanes").click()
@@ -227,7 +200,7 @@ def test_an_operator_sees_each_problem_on_the_timeline_and_reaches_its_run(brows
     points = b.find_elements(By.CSS_SELECTOR, "#timeline svg.tl-chart-duration circle.tl-point")
     assert len(points) == 14  # its runs that finished, each with its duration
     b.execute_script("arguments[0].scrollIntoView({block: 'start'})", detail)
-    shot(b, "timeline-detail")
+    shot(b, "timeline-detail", keep=True)
 
     # The dark theme: the same page, readable.
     b.get(f"{live_server.url}/admin/durablebeat/schedule/timeline/")
@@ -235,4 +208,4 @@ def test_an_operator_sees_each_problem_on_the_timeline_and_reaches_its_run(brows
     b.refresh()
     wait_for(b, "svg.tl-lanes")
     assert b.execute_script("return document.documentElement.dataset.theme") == "dark"
-    shot(b, "timeline-dark")
+    shot(b, "timeline-dark", keep=True)
