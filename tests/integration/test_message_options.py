@@ -202,19 +202,21 @@ def test_an_option_out_of_its_range_is_refused_naming_it(options, words):
 
 
 @pytest.mark.parametrize(
-    "options",
+    ("options", "kept"),
     [
-        {"time_limit": MAX_TIME_LIMIT, "soft_time_limit": MAX_TIME_LIMIT},
-        {"time_limit": 0.5},
-        {"soft_time_limit": 540},  # alone: the task's or app's hard limit applies
-        {"serializer": "msgpack", "compression": "bzip2"},
-        {"compression": "application/x-gzip"},
-        {"delivery_mode": 2},
-        {"delivery_mode": "persistent"},
+        ({"time_limit": MAX_TIME_LIMIT, "soft_time_limit": MAX_TIME_LIMIT}, None),
+        ({"time_limit": 0.5}, None),
+        ({"soft_time_limit": 540}, None),  # alone: the task's or app's hard limit applies
+        ({"serializer": "msgpack", "compression": "bzip2"}, None),
+        ({"compression": "application/x-gzip"}, None),
+        ({"delivery_mode": 2}, None),
+        ({"delivery_mode": "persistent"}, {"delivery_mode": 2}),
     ],
 )
-def test_edges_inside_the_ranges_are_accepted(options):
-    parse(**options)
+def test_edges_inside_the_ranges_are_accepted(options, kept):
+    parsed = parse(**options)
+    for key, value in (kept or options).items():
+        assert getattr(parsed, MESSAGE_OPTIONS[key]) == value, key
 
 
 def test_the_model_refuses_what_the_code_sync_refuses():
