@@ -39,7 +39,7 @@ def frozen(time_machine, t0):
 @pytest.mark.parametrize(
     ("fields", "field"),
     [
-        ({"every": dt.timedelta(days=300_000)}, "every"),  # ~820 years: the row
+        ({"every": dt.timedelta(days=300_000)}, "every"),  # ~820 years: past MAX_EVERY
         ({"every": S / 10}, "every"),
         ({"next_fire_at": dt.datetime(9999, 12, 31, tzinfo=dt.UTC)}, "next_fire_at"),
         ({"startup_grace": -S}, "startup_grace"),

@@ -274,7 +274,7 @@ def test_a_retried_message_refused_for_its_content_fails_and_the_others_go_out(
     make_engine, make_schedule, publisher, t0
 ):
     """recovery.Retries: after an outage, a message refused for its content fails its slot
-    and no longer stops the retries behind it."""
+    and does not stop the retries behind it."""
     _batch(make_schedule, t0)
     publisher.fail = True
     engine = make_engine()
