@@ -1,3 +1,6 @@
+"""The Django app config: once the app registry is ready, it registers the system checks
+(``durablebeat.E001``...) and connects the workers' run tracking to Celery's task signals."""
+
 from django.apps import AppConfig
 
 
