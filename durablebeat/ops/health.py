@@ -24,7 +24,7 @@ from .. import conf
 from ..beat import dberrors
 from ..beat.boots import alive_q
 from ..beat.claims import UNPUBLISHABLE
-from ..conf import invalid_settings as invalid_settings  # admin.py reads it here
+from ..conf import invalid_settings
 from ..core import clock, timing
 from ..core.policy import hard_limit
 from ..enums import Kind, RunState
