@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from .. import conf
+from ..beat import boots
 from ..core import clock
 from ..enums import Reason, RunState
 from ..models import Boot, Incident, MissedSlots, Run, WorkerHeartbeat
@@ -132,10 +133,9 @@ class BootAdmin(ReadOnlyAdmin):
     @admin.display(description="alive", boolean=True)
     def alive(self, obj: Boot) -> bool | None:
         try:
-            fresh = clock.now() - conf.settings.HEARTBEAT_STALE_AFTER
+            return boots.is_alive(obj, clock.now())
         except conf.InvalidSetting:  # the page's message names it
             return None
-        return obj.stopped_at is None and obj.heartbeat_at >= fresh
 
     @admin.display(description="fires", ordering="n_fires")
     def fires(self, obj: Any) -> int:

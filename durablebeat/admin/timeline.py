@@ -107,7 +107,8 @@ def _changelist(
     for key in ("window", "from", "to", "as", "show"):
         if key in request.GET:
             changelist.params[key] = request.GET[key]
-            changelist.filter_params[key] = request.GET.getlist(key)
+            if hasattr(changelist, "filter_params"):  # Django 5.0+; 4.2 reads params alone
+                changelist.filter_params[key] = request.GET.getlist(key)
     return changelist, ""
 
 

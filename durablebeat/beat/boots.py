@@ -25,6 +25,12 @@ def alive_q(now: dt.datetime, via: str = "") -> Q:
     return Q(**{f"{via}stopped_at__isnull": True, f"{via}heartbeat_at__gte": fresh})
 
 
+def is_alive(boot: Boot, now: dt.datetime) -> bool:
+    """``alive_q`` for one boot already read (the admin's "alive" column)."""
+    fresh = now - conf.settings.HEARTBEAT_STALE_AFTER
+    return boot.stopped_at is None and boot.heartbeat_at >= fresh
+
+
 def dead_q(now: dt.datetime, via: str = "boot__") -> Q:
     """``alive_q`` negated, for a row reaching its boot over ``via``: no boot, a stopped
     one, or a silent one."""
