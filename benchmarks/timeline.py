@@ -1,4 +1,4 @@
-"""What the admin's timeline (issue 15) costs at 100,000 schedules and a week of runs on
+"""What the admin's timeline costs at 100,000 schedules and a week of runs on
 PostgreSQL: nothing is asserted, the figures are printed.
 
     .venv/bin/python -m benchmarks.timeline                   # 100,000 schedules, 5 repeats

@@ -1,4 +1,4 @@
-"""The admin's timeline page and the schedule page's timeline (issue 15): lanes of slots
+"""The admin's timeline page and the schedule page's timeline (R19): lanes of slots
 against the deploys, drawn as inline SVG by templates, with the same data as a table.
 
 The lanes are the schedule list's own rows: ``ScheduleAdmin``'s changelist (its filters,

@@ -1,4 +1,4 @@
-"""Issue 15: the admin's timeline, through Django's test client. Each slot's mark says what
+"""The admin's timeline (R19), through Django's test client. Each slot's mark says what
 became of it, boots are lines, dense lanes are buckets that say so, the schedule list's
 filters and pages select the lanes, every row renders, the table holds the same data as
 the picture, and the schedule page shows its lane, lateness and durations."""

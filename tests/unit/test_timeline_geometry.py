@@ -1,4 +1,4 @@
-"""Issue 15, the timeline's pure part: which mark a run gets, windows a person types, where an
+"""The timeline's pure part: which mark a run gets, windows a person types, where an
 instant goes on the page, round ticks, bucket units and the small charts. No database."""
 
 from __future__ import annotations
