@@ -17,7 +17,7 @@ from durablebeat.beat.claims import UNPUBLISHABLE
 from durablebeat.enums import RunState
 from durablebeat.management.commands.durablebeat import Command as DurablebeatCommand
 from durablebeat.models import Schedule
-from durablebeat.ops import health
+from durablebeat.ops import health, run_findings
 
 pytestmark = pytest.mark.django_db
 
@@ -262,8 +262,8 @@ def test_a_schedule_enabled_again_counts_its_periods_from_then(
     Schedule.objects.filter(pk=row.pk).update(last_completed_at=t0 - 20 * 24 * H)
     assert codes(t0) == ["no_success"]
     Schedule.objects.filter(pk=row.pk).update(enabled_at=t0)
-    assert health.find_no_success(t0 + 10 * MIN) == []
-    assert len(health.find_no_success(t0 + 5 * H)) == 1
+    assert run_findings.find_no_success(t0 + 10 * MIN) == []
+    assert len(run_findings.find_no_success(t0 + 5 * H)) == 1
 
 
 def test_crontab_no_success_counts_its_slots(alive, make_schedule, created_at, t0):

@@ -24,7 +24,7 @@ from django.test import override_settings
 from durablebeat.core import clock
 from durablebeat.enums import Reason, RunState
 from durablebeat.models import Boot, Incident, MissedSlots, Run, Schedule, WorkerHeartbeat
-from durablebeat.ops import health, metrics, report, status, words
+from durablebeat.ops import health, metrics, report, run_findings, status, words
 
 pytestmark = pytest.mark.django_db
 
@@ -384,14 +384,14 @@ def test_a_run_drill_down_past_the_last_year_is_a_bad_lookup_not_a_500(admin_cli
 def test_an_interval_longer_than_the_calendar_has_no_no_success_bound(t0):
     from durablebeat.core import timing
 
-    assert health.no_success_bound(timing.Interval(dt.timedelta.max), t0, 3) is None
-    assert health.no_success_bound(timing.Interval(H), t0, 3) == t0 - 3 * H + S / 1_000_000
+    assert run_findings.no_success_bound(timing.Interval(dt.timedelta.max), t0, 3) is None
+    assert run_findings.no_success_bound(timing.Interval(H), t0, 3) == t0 - 3 * H + S / 1_000_000
 
 
 def test_a_grace_past_the_calendar_counts_from_its_edge(t0):
-    assert health._periods_start(None, MAX_AT, None, H) == MAX_AT
-    assert health._periods_start(None, t0, MIN_AT, dt.timedelta.min) == MIN_AT
-    assert health._periods_start(None, MIN_AT, None, -H) == MIN_AT
+    assert run_findings._periods_start(None, MAX_AT, None, H) == MAX_AT
+    assert run_findings._periods_start(None, t0, MIN_AT, dt.timedelta.min) == MIN_AT
+    assert run_findings._periods_start(None, MIN_AT, None, -H) == MIN_AT
 
 
 def test_a_hard_limit_past_the_calendar_never_runs_out(t0, time_machine):

@@ -9,7 +9,7 @@ import pytest
 
 from durablebeat.core import timing
 from durablebeat.models import Schedule
-from durablebeat.ops import health, report, words
+from durablebeat.ops import health, report, run_findings, words
 
 T0 = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
 S = dt.timedelta(seconds=1)
@@ -100,7 +100,7 @@ def test_no_success_bound_matches_counting_the_slots(spec):
     the ten days before ``until`` (which straddle no DST change in Berlin or New York;
     the timing tests cover those)."""
     until = T0
-    bound = health.no_success_bound(spec, until, 3)
+    bound = run_findings.no_success_bound(spec, until, 3)
     since = until - 10 * DAY
     while since <= until:
         assert (since < bound) == (_slots_after(spec, since, until) >= 3), since
@@ -108,9 +108,9 @@ def test_no_success_bound_matches_counting_the_slots(spec):
 
 
 def test_no_success_bound_of_rare_and_one_off_slots():
-    assert health.no_success_bound(timing.Clocked(T0 - H), T0, 3) is None
+    assert run_findings.no_success_bound(timing.Clocked(T0 - H), T0, 3) is None
     leap = timing.Crontab(minute="0", hour="0", day_of_month="29", month_of_year="2")
-    assert health.no_success_bound(leap, T0, 3) == dt.datetime(2016, 2, 29, tzinfo=dt.UTC)
+    assert run_findings.no_success_bound(leap, T0, 3) == dt.datetime(2016, 2, 29, tzinfo=dt.UTC)
 
 
 def finding(code):

@@ -1,0 +1,269 @@
+"""What ``check`` finds in the run ledger (R15, R17, R22): runs lost, unresolved, with no
+news, not sendable, and schedules with no success over their last periods."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from typing import Any
+
+from django.db import DatabaseError
+from django.db.models import Count, Max, Min, Q, QuerySet
+from django.db.models.functions import Coalesce
+
+from .. import conf
+from ..beat.claims import UNPUBLISHABLE
+from ..core import clock, timing
+from ..core.policy import hard_limit
+from ..enums import Kind, RunState
+from ..models import TIMING_FIELDS, Run, Schedule
+from .findings import Finding, active_schedules, ago, unreadable_row
+
+# --- runs ---------------------------------------------------------------------------------
+
+
+def _per_schedule(runs: QuerySet[Run], at: Any) -> Any:
+    """``runs`` counted per schedule name (``n``), with the time ``at`` of each group."""
+    return runs.values("schedule__name").annotate(n=Count("id"), at=at).order_by("schedule__name")
+
+
+def find_lost(now: dt.datetime) -> list[Finding]:
+    """Runs reclaimed as lost (R15) within the look-back window."""
+    since = now - conf.settings.CHECK_LOOKBACK
+    lost = _per_schedule(
+        Run.objects.filter(state=RunState.LOST)
+        .annotate(ended=Coalesce("finished_at", "claimed_at"))
+        .filter(ended__gte=since),
+        Max("ended"),
+    )
+    return [
+        Finding(
+            "lost_runs",
+            f"{g['schedule__name']}: {g['n']} run(s) lost in the last "
+            f"{ago(since, now)} (worker gone or past its hard time limit), "
+            f"the latest {ago(g['at'], now)} ago",
+            g["schedule__name"],
+        )
+        for g in lost
+    ]
+
+
+def _last_news(run: Run) -> dt.datetime:
+    return run.started_at or run.published_at or run.claimed_at
+
+
+def _unresolved_after(run: Run) -> dt.timedelta:
+    """How long a run may stay in flight before ``check`` calls it unresolved."""
+    s = conf.settings
+    if run.state == RunState.CLAIMED:
+        return s.UNCONFIRMED_AFTER  # the publish was never confirmed: broker trouble
+    if run.state == RunState.STARTED and (limit := hard_limit(run.hard_time_limit)):
+        # Orphan reclaim should have ended it by then (R15).
+        try:
+            return limit + s.RECLAIM_MARGIN + s.GC_INTERVAL
+        except OverflowError:  # a limit about as long as the calendar never runs out
+            return dt.timedelta.max
+    return s.UNRESOLVED_AFTER
+
+
+def _describe_unresolved(state: str, runs: list[Run], now: dt.datetime) -> str:
+    oldest = min(_last_news(r) for r in runs)
+    name = runs[0].schedule.name
+    if state == RunState.CLAIMED:
+        what = "claimed but never confirmed on the broker (is the broker reachable?)"
+    else:
+        what = "started with no completion recorded (worker hung, or completion not recorded?)"
+    return f"{name}: {len(runs)} run(s) {what}, the oldest for {ago(oldest, now)}"
+
+
+def find_unresolved(now: dt.datetime) -> list[Finding]:
+    s = conf.settings
+    shortest = min(s.UNCONFIRMED_AFTER, s.UNRESOLVED_AFTER, s.RECLAIM_MARGIN + s.GC_INTERVAL)
+    candidates = (
+        # Published runs with no news are find_no_news's (R22).
+        Run.objects.filter(state__in=UNRESOLVED_STATES, claimed_at__lt=now - shortest)
+        .select_related("schedule")
+        .order_by("schedule__name", "state", "claimed_at")
+    )
+    late, findings = [], []
+    for run in candidates:
+        try:
+            if now - _last_news(run) > _unresolved_after(run):
+                late.append(run)
+        except DatabaseError:
+            raise
+        except Exception as exc:  # a run whose times cannot be computed with (R21)
+            findings.append(unreadable_row(run.schedule.name, f"run {run.pk}'s age", exc))
+    for (_, state), group in itertools.groupby(late, key=lambda r: (r.schedule_id, r.state)):
+        runs = list(group)
+        findings.append(
+            Finding(
+                "unresolved_runs",
+                _describe_unresolved(state, runs, now),
+                runs[0].schedule.name,
+            )
+        )
+    return findings
+
+
+#: in flight and reported by ``find_unresolved``
+UNRESOLVED_STATES = (RunState.CLAIMED, RunState.STARTED)
+
+
+def find_no_news(now: dt.datetime) -> list[Finding]:
+    """R22: runs published that no worker started within the no-news bound (a message the
+    broker lost, a queue nobody consumes), reported when they stop holding their schedule,
+    and for ``CHECK_LOOKBACK`` after, unless later news resolved them."""
+    s = conf.settings
+    runs = _per_schedule(
+        Run.objects.filter(
+            Q(state=RunState.NO_NEWS, claimed_at__gte=now - s.CHECK_LOOKBACK)
+            | Q(state=RunState.PUBLISHED, published_at__lt=now - s.NO_NEWS_AFTER)
+        ),
+        Min(Coalesce("published_at", "claimed_at")),
+    )
+    return [
+        Finding(
+            "no_news",
+            f"{g['schedule__name']}: {g['n']} run(s) published that no worker started "
+            f"(message lost by the broker, or its queue not consumed), the oldest sent "
+            f"{ago(g['at'], now)} ago; they no longer hold the schedule",
+            g["schedule__name"],
+        )
+        for g in runs
+    ]
+
+
+def find_unpublishable(now: dt.datetime) -> list[Finding]:
+    """R21: slots whose message the broker client refused for its own content (an expiry
+    it cannot encode, an unserialisable argument): failed at once, never retried, so the
+    schedule will fail the same way on its next slot until the row is fixed."""
+    since = now - conf.settings.CHECK_LOOKBACK
+    refused = _per_schedule(
+        Run.objects.filter(
+            state=RunState.FAILED, finished_at__gte=since, detail__startswith=UNPUBLISHABLE
+        ),
+        Max("finished_at"),
+    )
+    return [
+        Finding(
+            "unpublishable",
+            f"{g['schedule__name']}: {g['n']} slot(s) not sent, the broker client refused "
+            f"the message for its own content (see the run's error), the latest "
+            f"{ago(g['at'], now)} ago; fix the schedule's message options or arguments",
+            g["schedule__name"],
+        )
+        for g in refused
+    ]
+
+
+def no_success_bound(spec: timing.Spec, until: dt.datetime, periods: int) -> dt.datetime | None:
+    """A schedule counted from ``since`` has ``periods`` slots in (since, until] exactly when
+    ``since < bound``: its ``periods``-th latest slot at or before ``until``. None for a
+    one-off, for a crontab without that many slots in the last 45 years, and for an interval
+    whose periods reach back before year 1 (no row is that old)."""
+    if isinstance(spec, timing.Interval):
+        try:
+            return until - periods * spec.every + dt.timedelta(microseconds=1)
+        except OverflowError:
+            return None
+    if isinstance(spec, timing.Clocked):
+        return None
+    window = dt.timedelta(days=1)
+    while window <= dt.timedelta(days=16384):
+        slots = list(timing.slots_between(spec, until - window, until))
+        if len(slots) >= periods:
+            return slots[-periods]
+        window *= 4
+    return None
+
+
+def _bound_or_error(
+    timing_values: tuple[Any, ...], until: dt.datetime, periods: int
+) -> dt.datetime | Exception | None:
+    """``no_success_bound`` of one timing; the exception when its math cannot be done."""
+    try:
+        spec = Schedule(**dict(zip(TIMING_FIELDS, timing_values, strict=True))).to_spec()
+    except timing.InvalidSchedule:
+        return None  # beat sets the row aside; bad_row says so
+    try:
+        return no_success_bound(spec, until, periods)
+    except Exception as exc:  # R21: the row is named, the other rows are still checked
+        return exc
+
+
+def _periods_start(
+    completed: dt.datetime | None,
+    created: dt.datetime,
+    enabled: dt.datetime | None,
+    grace: dt.timedelta,
+) -> dt.datetime:
+    """Where a row's periods are counted from."""
+    since = completed if completed is not None else clock.shift(created, grace)
+    if enabled is not None:
+        since = max(since, clock.shift(enabled, grace))  # enabled again: its periods start over
+    return since
+
+
+def find_no_success(now: dt.datetime) -> list[Finding]:
+    """A schedule with no succeeded run over its last ``NO_SUCCESS_PERIODS`` slots.
+
+    Counted from its last success (or, never having succeeded, from its creation plus the
+    startup grace; never from before it was last enabled again, plus the grace) up to
+    ``now - OVERDUE_TOLERANCE`` so that a run of the latest slot has time to finish. It
+    catches a job that fails every time, and one whose next fire keeps
+    moving away (the restart-starvation story) although nothing looks overdue.
+
+    The schedule math runs once per distinct timing, not per row: with one schedule per
+    tenant, 100,000 rows share a handful of timings (benchmarks/check_cost.py).
+    """
+    s = conf.settings
+    periods = s.NO_SUCCESS_PERIODS
+    until = now - s.OVERDUE_TOLERANCE
+    bounds: dict[tuple[Any, ...], dt.datetime | Exception | None] = {}
+    failing: list[int] = []
+    findings = []
+    rows = (
+        active_schedules()
+        .exclude(kind=Kind.CLOCKED)
+        .values_list(
+            "pk",
+            "name",
+            "last_completed_at",
+            "created_at",
+            "enabled_at",
+            "startup_grace",
+            *TIMING_FIELDS,
+        )
+    )
+    for pk, name, completed, created, enabled, grace, *timing_values in rows.iterator(
+        chunk_size=5000
+    ):
+        key = tuple(timing_values)
+        if key not in bounds:
+            bounds[key] = _bound_or_error(key, until, periods)
+        bound = bounds[key]
+        if isinstance(bound, Exception):
+            findings.append(unreadable_row(name, "its no-success bound", bound))
+            continue
+        since = _periods_start(completed, created, enabled, grace or s.STARTUP_GRACE)
+        if bound is not None and since < bound:
+            failing.append(pk)
+    failing_rows = itertools.chain.from_iterable(
+        Schedule.objects.filter(pk__in=failing[i : i + 500]) for i in range(0, len(failing), 500)
+    )
+    for row in sorted(failing_rows, key=lambda r: r.name):
+        if row.last_completed_at is None:
+            detail = f"never succeeded since it was created {ago(row.created_at, now)} ago"
+        else:
+            detail = f"last success {ago(row.last_completed_at, now)} ago"
+        if row.last_outcome:
+            detail += f", last outcome {row.last_outcome}"
+        findings.append(
+            Finding(
+                "no_success",
+                f"{row.name}: no successful run over its last {periods} periods ({detail})",
+                row.name,
+            )
+        )
+    return findings
