@@ -216,7 +216,7 @@ def _claim_batch(
                 continue
             made = _claim_one(due, fire, boot_id, now, blocker)
             if made is not None:
-                claims[due.id] = _claim_of(made, due, fire, boot_id, message)
+                claims[due.id] = _claim_of(made.pk, made.task_id, due, fire, boot_id, message)
         many = (
             batch_claim.claim_many_pg
             if connection.vendor == "postgresql"
@@ -228,16 +228,7 @@ def _claim_batch(
             for due, fire, message in chunk:
                 if due.id in won:
                     run_id, task_id = won[due.id]
-                    claims[due.id] = Claim(
-                        run_id=run_id,
-                        task_id=task_id,
-                        schedule_id=due.id,
-                        schedule=due.name,
-                        slot=fire.slot,
-                        reason=fire.reason,
-                        boot_id=boot_id,
-                        message=message,
-                    )
+                    claims[due.id] = _claim_of(run_id, task_id, due, fire, boot_id, message)
     return [claims[d.id] for d, _, _ in fires if d.id in claims]
 
 
@@ -246,10 +237,17 @@ def _plain(due: Due, fire: Fire) -> bool:
     return due.next_fire_at is not None and fire.next_fire_at is not None and not fire.missed
 
 
-def _claim_of(run: Run, due: Due, fire: Fire, boot_id: uuid.UUID, message: Message) -> Claim:
+def _claim_of(
+    run_id: int | None,
+    task_id: str | None,
+    due: Due,
+    fire: Fire,
+    boot_id: uuid.UUID,
+    message: Message,
+) -> Claim:
     return Claim(
-        run_id=run.pk,
-        task_id=run.task_id or "",
+        run_id=run_id,
+        task_id=task_id or "",
         schedule_id=due.id,
         schedule=due.name,
         slot=fire.slot,
