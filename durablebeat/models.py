@@ -295,6 +295,8 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["state", "claimed_at"], name="durablebeat_run_state_idx"),
             models.Index(fields=["schedule", "state"], name="durablebeat_run_sched_idx"),
+            # R18: the report and the timeline's fires per deploy count a window's runs
+            models.Index(fields=["claimed_at"], name="durablebeat_run_claimed_idx"),
         ]
 
     def __str__(self) -> str:
