@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from kombu.entity import DELIVERY_MODES
 
@@ -281,7 +281,24 @@ def parse_beat_schedule(
 
 
 def sync(entries: list[CodeEntry], now: dt.datetime) -> dict[str, Schedule]:
-    """Upsert code-defined rows (R6). Returns the code rows by name, as stored."""
+    """Upsert code-defined rows (R6). Returns the code rows by name, as stored.
+
+    Two beats that boot at once (a rolling deploy, R4) may both find a new entry missing and
+    insert it: the second insert waits for the first to commit and is refused as a
+    duplicate. That beat syncs once more and finds the row; a refusal that comes again is
+    not a race, and stops the boot as any recurring database error does (R23)."""
+    try:
+        return _sync_once(entries, now)
+    except IntegrityError as exc:
+        logger.info(
+            "code sync met a row another beat inserted at the same moment, syncing again: %s",
+            exc,
+            extra={"event": "code_sync_race"},
+        )
+        return _sync_once(entries, now)
+
+
+def _sync_once(entries: list[CodeEntry], now: dt.datetime) -> dict[str, Schedule]:
     by_name = {e.name: e for e in entries}
     with transaction.atomic():
         rows = Schedule.objects.select_for_update().filter(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -130,6 +131,40 @@ def test_two_beats_at_once_never_fire_a_slot_twice(make_engine, make_schedule, p
     slots = [(c.schedule, c.slot) for c in publisher.claims]
     assert len(slots) == len(set(slots)) == 20 * 3
     assert Run.objects.count() == 60
+
+
+@pytest.mark.postgres_only  # another connection inserting while this one holds the sync
+@pytest.mark.django_db(transaction=True)
+def test_two_beats_booting_at_once_both_sync_a_new_code_entry(make_engine, t0, monkeypatch):
+    """R4, R6: two beats boot together on a table without the entry and both insert it; the
+    second insert is refused as a duplicate. That beat syncs again and boots (it stopped
+    with DatabaseUnusable, seen in the e2e two-beats test)."""
+    from durablebeat.beat import codesync
+
+    real_apply_to = codesync.CodeEntry.apply_to
+    raced: list[str] = []
+
+    def other_beat_inserts(name: str, task: str) -> None:
+        try:
+            Schedule.objects.create(name=name, task=task, source="code", every=20 * S)
+            raced.append("inserted")
+        finally:
+            connection.close()
+
+    def apply_to(entry, row):
+        real_apply_to(entry, row)
+        if row.pk is None and not raced:  # this beat is about to insert: the other is first
+            raced.append(row.name)
+            other = threading.Thread(target=other_beat_inserts, args=(row.name, row.task))
+            other.start()
+            other.join()
+
+    engine = make_engine(EVERY_20)  # parses (and validates) the entry: no race yet
+    monkeypatch.setattr(codesync.CodeEntry, "apply_to", apply_to)
+    engine.tick(t0)
+    assert raced == ["job", "inserted"]
+    row = Schedule.objects.get(name="job")
+    assert row.next_fire_at == t0 + 60 * S  # booted: its startup grace is planned
 
 
 def test_admin_defined_schedule_is_picked_up_without_restart(
