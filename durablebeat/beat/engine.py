@@ -2,13 +2,12 @@
 
 ``schedulers.DurableScheduler`` adapts this to Celery; tests drive it directly with a fake
 publisher and moved time. While the database answers, the database decides everything
-(§1). While it does not, beat keeps firing the code-defined schedules from memory and
-writes what it did once the database is back (R5, fail open).
+(§1). While it does not, beat keeps firing the code-defined schedules from memory
+(``outage.OutageMemory``) and writes what it did once the database is back (R5, fail open).
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import datetime as dt
 import logging
@@ -25,7 +24,6 @@ from .. import conf
 from ..core import clock, timing
 from ..core.policy import Defer, Due, Fire, Miss, decide
 from ..enums import Reason
-from ..models import Schedule
 from . import boots, dberrors, notify, publishing, recovery
 from . import due as due_query
 from .claims import apply_defer, apply_miss, mark_published, mark_unpublishable
@@ -34,7 +32,7 @@ from .codesync import CodeEntry
 from .codesync import sync as sync_code
 from .due import Claim, Message, describe_row_error, due_from_row, is_row_error
 from .loop import Hook, Refused
-from .outage import OutageFire, write_fires
+from .outage import OutageFire, OutageMemory
 
 logger = logging.getLogger("durablebeat")
 
@@ -51,23 +49,6 @@ FIRST_BATCH = 10
 #: the shortest sleep ``tick`` returns when it fired nothing (R21): a row that cannot be
 #: moved on, or a setting of zero, never turns the loop into a busy one
 MIN_SLEEP = 0.1
-#: while the database is down, a code schedule fires from memory at most this often (R21):
-#: a sub-second interval must not flood the broker; the slots in between are dropped, logged
-MEMORY_MIN_GAP = dt.timedelta(seconds=1)
-#: fires from memory kept for the ledger while the database is down (R5, R21): beyond this
-#: the oldest are dropped (they went out; only their record is lost), logged
-MAX_OUTAGE_FIRES = 20_000
-#: how often a dropping outage memory says so in the log
-DROP_LOG_EVERY = dt.timedelta(seconds=60)
-
-
-@dataclass
-class _Planned:
-    """A code-defined schedule as beat remembers it, for firing while the database is down."""
-
-    entry: CodeEntry
-    next_fire_at: dt.datetime | None
-    reason: str = Reason.SCHEDULED
 
 
 @dataclass
@@ -92,8 +73,8 @@ class Engine:
     db_ok: bool = False
     booted: bool = False
     caught_up: set[int] = field(default_factory=set)
-    plan: dict[str, _Planned] = field(default_factory=dict)
-    outage_fires: collections.deque[OutageFire] = field(default_factory=collections.deque)
+    #: the code schedules and the fires sent while the database is down (R5)
+    memory: OutageMemory = field(default_factory=OutageMemory)
     retries: recovery.Retries = field(default_factory=recovery.Retries)
     _last_db_try: dt.datetime | None = None
     _last_heartbeat: dt.datetime | None = None
@@ -101,9 +82,6 @@ class Engine:
     _bad_logged: set[tuple[int, str]] = field(default_factory=set)
     #: since when every tick has found a full batch due (a burst larger than one batch)
     _backlog_since: dt.datetime | None = None
-    #: outage memory dropped since it last said so in the log, and when it said so
-    _dropped: int = 0
-    _drop_logged_at: dt.datetime | None = None
     #: database errors that will recur, logged and recorded for ``check`` (R23)
     _db_errors: dberrors.Reporter = field(default_factory=dberrors.Reporter)
 
@@ -142,7 +120,7 @@ class Engine:
             notify.mark_beat_session()  # this beat's own writes wake no beat
             boots.register_boot(self.boot_id, self.hostname, self.pid, now)
             sync_code(self.code_entries, now)
-            self._reconcile_outage(now)
+            self.memory.write(self.boot_id, now)
             due_query.probe_due(now)
         except DatabaseError as exc:
             connection.close()
@@ -150,8 +128,8 @@ class Engine:
                 if not self.booted:
                     raise dberrors.DatabaseUnusable(exc) from exc
                 self._db_errors.report(exc, self.boot_id, now)
-            if self.plan == {} and not self.booted:
-                self._plan_from_code(now)
+            if self.memory.plan == {} and not self.booted:
+                self.memory.plan_from_code(self.code_entries, now)
             self.db_ok = False
             self._db_failures += 1
             if self._db_failures == 1 or self._db_failures % 30 == 0:
@@ -165,8 +143,7 @@ class Engine:
             return
         self._db_failures = 0
         self.db_ok, self.booted, self._last_heartbeat = True, True, now
-        self.plan = {e.name: _Planned(e, None) for e in self.code_entries}
-        self._refresh_plan()
+        self.memory.plan_with_db(self.code_entries)
         logger.info(
             "beat boot %s on %s:%d: database reachable, %d code schedules synced",
             self.boot_id,
@@ -195,7 +172,7 @@ class Engine:
             if not boots.heartbeat(self.boot_id, now):
                 boots.register_boot(self.boot_id, self.hostname, self.pid, now)
             self._last_heartbeat = now
-            self._refresh_plan()
+            self.memory.refresh()
         if self.retries:
             self._run_hook(self.retries.run, now)
         for hook in self.hooks:
@@ -317,7 +294,7 @@ class Engine:
                 message=message,
             )
             published = self.try_publish(claim, now) is None
-            self._remember_outage_fire(
+            self.memory.remember(
                 OutageFire(
                     due.name,
                     fire.slot,
@@ -327,8 +304,7 @@ class Engine:
                     fire.next_fire_at,
                 ),
             )
-            if due.name in self.plan:
-                self.plan[due.name].next_fire_at = fire.next_fire_at
+            self.memory.moved_on(due.name, fire.next_fire_at)
 
     def _publish(
         self,
@@ -344,9 +320,7 @@ class Engine:
             if fire.reason == Reason.CATCH_UP:
                 self.caught_up.add(due.id)
         for claim in claims:
-            planned = self.plan.get(claim.schedule)
-            if planned is not None:
-                planned.next_fire_at = by_id[claim.schedule_id or 0][1].next_fire_at
+            self.memory.moved_on(claim.schedule, by_id[claim.schedule_id or 0][1].next_fire_at)
         published: list[int] = []
         refused: list[tuple[Claim, str]] = []
         outage: str | None = None
@@ -514,139 +488,32 @@ class Engine:
                 extra={"event": "bad_schedule", "schedule": name},
             )
 
-    def _refresh_plan(self) -> None:
-        """Keep the memory of code schedules close to the database, for an outage: a
-        schedule disabled or set aside as bad there is not fired from memory either."""
-        stored = Schedule.objects.filter(name__in=list(self.plan)).values_list(
-            "name", "next_fire_at", "next_fire_reason", "enabled", "error"
-        )
-        for name, next_fire_at, reason, enabled, error in stored:
-            planned = self.plan[name]
-            planned.next_fire_at = next_fire_at if enabled and not error else None
-            planned.reason = reason
-
-    def _reconcile_outage(self, now: dt.datetime) -> None:
-        write_fires(self.outage_fires, self.boot_id, now)
-        self._say_dropped(now, force=True)
-        # Each fire moved its schedule's next fire on (never back); a schedule that did not
-        # fire keeps what is stored, even when memory planned a grace at a boot without the
-        # database.
-
     # --- without the database ----------------------------------------------------------
 
-    def _plan_from_code(self, now: dt.datetime) -> None:
-        """R5 at boot: code entries only; intervals at now + grace, others at their next slot."""
-        for e in self.code_entries:
-            try:
-                if isinstance(e.spec, timing.Interval):
-                    grace = (
-                        e.startup_grace
-                        if e.startup_grace is not None
-                        else conf.settings.STARTUP_GRACE
-                    )
-                    self.plan[e.name] = _Planned(e, now + grace, Reason.STARTUP_GRACE)
-                else:
-                    self.plan[e.name] = _Planned(e, timing.next_slot(e.spec, now))
-            except Exception as exc:  # R21: one entry never stops the others
-                self._memory_bad(e.name, exc)
-                self.plan[e.name] = _Planned(e, None)
-
     def _tick_memory(self, now: dt.datetime) -> float:
-        s = conf.settings
-        wake = now + dt.timedelta(seconds=s.MAX_INTERVAL)
-        retry_at = (self._last_db_try or now) + s.DB_RETRY_INTERVAL
-        wake = min(wake, retry_at)
-        for name, planned in self.plan.items():
-            slot = planned.next_fire_at
-            if slot is None:
-                continue
-            if slot > now:
-                wake = min(wake, slot)
-                continue
-            e = planned.entry
-            try:
-                message = Message.for_entry(e)
-                nxt = self._memory_next(e.spec, slot, now)
-            except Exception as exc:  # R21: set aside in memory, the others keep firing
-                self._memory_bad(name, exc)
-                planned.next_fire_at = None
-                continue
+        """R5: fire the code schedules due in memory; the ledger is written when the
+        database is back (``_connect``)."""
+        for due in self.memory.due(now):
             claim = Claim(
                 run_id=None,
                 task_id=str(uuid.uuid4()),
                 schedule_id=None,
-                schedule=name,
-                slot=slot,
-                reason=planned.reason,
+                schedule=due.name,
+                slot=due.slot,
+                reason=due.reason,
                 boot_id=self.boot_id,
-                message=message,
+                message=due.message,
             )
             published = self.try_publish(claim, now) is None
-            planned.next_fire_at = nxt
-            planned.reason = Reason.SCHEDULED
-            self._remember_outage_fire(
-                OutageFire(
-                    name,
-                    slot,
-                    claim.reason,
-                    claim.task_id,
-                    now if published else None,
-                    planned.next_fire_at,
-                ),
-            )
-            if planned.next_fire_at is not None:
-                wake = min(wake, planned.next_fire_at)
-        self._say_dropped(now)
+            self.memory.fired(due, claim.task_id, now if published else None)
+        self.memory.say_dropped(now)
+        s = conf.settings
+        wake = now + dt.timedelta(seconds=s.MAX_INTERVAL)
+        wake = min(wake, (self._last_db_try or now) + s.DB_RETRY_INTERVAL)
+        planned = self.memory.next_fire()
+        if planned is not None:
+            wake = min(wake, planned)
         return max(MIN_SLEEP, (wake - now).total_seconds())
-
-    def _memory_next(
-        self, spec: timing.Spec, slot: dt.datetime, now: dt.datetime
-    ) -> dt.datetime | None:
-        """The next fire from memory: on the schedule's grid, and not sooner than
-        ``MEMORY_MIN_GAP`` (R21: the slots in between are dropped and counted)."""
-        nxt = timing.advance(spec, slot, now)
-        floor = now + MEMORY_MIN_GAP
-        if nxt is None or nxt >= floor:
-            return nxt
-        later = timing.advance(spec, slot, floor - dt.timedelta(microseconds=1))
-        if isinstance(spec, timing.Interval) and later is not None:
-            self._dropped += max(0, (later - nxt) // spec.every)
-        else:
-            self._dropped += 1
-        return later
-
-    def _remember_outage_fire(self, fire: OutageFire) -> None:
-        """Keep a fire for the ledger; a full memory drops its oldest (R21)."""
-        if len(self.outage_fires) >= MAX_OUTAGE_FIRES:
-            self.outage_fires.popleft()
-            self._dropped += 1
-        self.outage_fires.append(fire)
-
-    def _say_dropped(self, now: dt.datetime, force: bool = False) -> None:
-        """What the outage memory dropped, in one log event, at most every
-        ``DROP_LOG_EVERY`` (and when the database is back)."""
-        if not self._dropped:
-            return
-        last = self._drop_logged_at
-        if not force and last is not None and now - last < DROP_LOG_EVERY:
-            return
-        logger.warning(
-            "outage memory dropped %d fire(s) or slot(s): at most one fire per schedule "
-            "every %ss from memory, and at most %d fires kept for the ledger",
-            self._dropped,
-            MEMORY_MIN_GAP.total_seconds(),
-            MAX_OUTAGE_FIRES,
-            extra={"event": "outage_memory_dropped", "count": self._dropped},
-        )
-        self._dropped, self._drop_logged_at = 0, now
-
-    def _memory_bad(self, name: str, exc: Exception) -> None:
-        logger.error(
-            "schedule %s cannot be fired from memory and is skipped: %s",
-            name,
-            describe_row_error(exc),
-            extra={"event": "bad_schedule", "schedule": name},
-        )
 
 
 def _check_moves_on(action: Fire | Defer | Miss, now: dt.datetime) -> None:

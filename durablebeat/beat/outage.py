@@ -1,4 +1,7 @@
-"""Writing what beat fired from memory while the database was unreachable (R5)."""
+"""Beat's memory for a database outage (R5): the code schedules it fires while the database
+is unreachable, and the fires it sent so, written into the ledger once the database is back.
+Bounded (R21): at most one fire per schedule every ``MEMORY_MIN_GAP``, at most
+``MAX_OUTAGE_FIRES`` fires kept; what is dropped is said in the log."""
 
 from __future__ import annotations
 
@@ -6,19 +9,32 @@ import collections
 import datetime as dt
 import logging
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
 
+from .. import conf
+from ..core import timing
 from ..enums import Reason, RunState
 from ..models import (
     Run,
     Schedule,
 )
 from .boots import incident
-from .due import is_row_error
+from .codesync import CodeEntry
+from .due import Message, describe_row_error, is_row_error
 
 logger = logging.getLogger("durablebeat")
+
+#: while the database is down, a code schedule fires from memory at most this often (R21):
+#: a sub-second interval must not flood the broker; the slots in between are dropped, logged
+MEMORY_MIN_GAP = dt.timedelta(seconds=1)
+#: fires from memory kept for the ledger while the database is down (R5, R21): beyond this
+#: the oldest are dropped (they went out; only their record is lost), logged
+MAX_OUTAGE_FIRES = 20_000
+#: how often a dropping outage memory says so in the log
+DROP_LOG_EVERY = dt.timedelta(seconds=60)
 
 
 @dataclass
@@ -31,6 +47,171 @@ class OutageFire:
     task_id: str
     published_at: dt.datetime | None
     next_fire_at: dt.datetime | None
+
+
+@dataclass
+class Planned:
+    """A code-defined schedule as beat remembers it, for firing while the database is down."""
+
+    entry: CodeEntry
+    next_fire_at: dt.datetime | None
+    reason: str = Reason.SCHEDULED
+
+
+@dataclass(frozen=True)
+class MemoryDue:
+    """A code schedule due from memory: its slot, and its next fire once this one is sent."""
+
+    name: str
+    slot: dt.datetime
+    reason: str
+    message: Message
+    next_fire_at: dt.datetime | None
+
+
+@dataclass
+class OutageMemory:
+    """What beat remembers for a database outage (R5): the code schedules' next fires (kept
+    close to the database while it answers), the fires sent from memory until the ledger can
+    be written, and what it dropped to stay bounded (R21)."""
+
+    plan: dict[str, Planned] = field(default_factory=dict)
+    #: fires sent without a claim, oldest first, until the database is back
+    fires: collections.deque[OutageFire] = field(default_factory=collections.deque)
+    #: slots and fire records dropped since the log last said so, and when it said so
+    _dropped: int = 0
+    _drop_logged_at: dt.datetime | None = None
+
+    # --- while the database answers ------------------------------------------------------
+
+    def plan_with_db(self, entries: list[CodeEntry]) -> None:
+        """Remember the code schedules, with their next fires as the database has them."""
+        self.plan = {e.name: Planned(e, None) for e in entries}
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Keep the memory of code schedules close to the database, for an outage: a
+        schedule disabled or set aside as bad there is not fired from memory either."""
+        stored = Schedule.objects.filter(name__in=list(self.plan)).values_list(
+            "name", "next_fire_at", "next_fire_reason", "enabled", "error"
+        )
+        for name, next_fire_at, reason, enabled, error in stored:
+            planned = self.plan[name]
+            planned.next_fire_at = next_fire_at if enabled and not error else None
+            planned.reason = reason
+
+    def moved_on(self, name: str, next_fire_at: dt.datetime | None) -> None:
+        """A schedule fired and moved on: so does its memory (a name not in code: nothing)."""
+        planned = self.plan.get(name)
+        if planned is not None:
+            planned.next_fire_at = next_fire_at
+
+    def write(self, boot_id: uuid.UUID, now: dt.datetime) -> None:
+        """The database is back: write the kept fires into the ledger, say what was dropped."""
+        write_fires(self.fires, boot_id, now)
+        self.say_dropped(now, force=True)
+        # Each fire moved its schedule's next fire on (never back); a schedule that did not
+        # fire keeps what is stored, even when memory planned a grace at a boot without the
+        # database.
+
+    # --- without the database ----------------------------------------------------------
+
+    def plan_from_code(self, entries: list[CodeEntry], now: dt.datetime) -> None:
+        """R5 at boot: code entries only; intervals at now + grace, others at their next slot."""
+        for e in entries:
+            try:
+                if isinstance(e.spec, timing.Interval):
+                    grace = (
+                        e.startup_grace
+                        if e.startup_grace is not None
+                        else conf.settings.STARTUP_GRACE
+                    )
+                    self.plan[e.name] = Planned(e, now + grace, Reason.STARTUP_GRACE)
+                else:
+                    self.plan[e.name] = Planned(e, timing.next_slot(e.spec, now))
+            except Exception as exc:  # R21: one entry never stops the others
+                _bad(e.name, exc)
+                self.plan[e.name] = Planned(e, None)
+
+    def due(self, now: dt.datetime) -> Iterator[MemoryDue]:
+        """The schedules due at ``now``, one at a time: the caller fires each and says so
+        (``fired``) before the next. A schedule that cannot be fired is skipped from now on
+        (R21), the others keep firing."""
+        for name, planned in self.plan.items():
+            slot = planned.next_fire_at
+            if slot is None or slot > now:
+                continue
+            try:
+                message = Message.for_entry(planned.entry)
+                nxt = self._next(planned.entry.spec, slot, now)
+            except Exception as exc:
+                _bad(name, exc)
+                planned.next_fire_at = None
+                continue
+            yield MemoryDue(name, slot, planned.reason, message, nxt)
+
+    def fired(self, due: MemoryDue, task_id: str, published_at: dt.datetime | None) -> None:
+        """``due`` went out at ``published_at`` (None: not sent): move its schedule on, keep
+        the fire for the ledger."""
+        planned = self.plan[due.name]
+        planned.next_fire_at = due.next_fire_at
+        planned.reason = Reason.SCHEDULED
+        self.remember(
+            OutageFire(due.name, due.slot, due.reason, task_id, published_at, due.next_fire_at)
+        )
+
+    def next_fire(self) -> dt.datetime | None:
+        """The earliest next fire in memory, None when nothing is planned."""
+        planned = [p.next_fire_at for p in self.plan.values() if p.next_fire_at is not None]
+        return min(planned, default=None)
+
+    def _next(self, spec: timing.Spec, slot: dt.datetime, now: dt.datetime) -> dt.datetime | None:
+        """The next fire from memory: on the schedule's grid, and not sooner than
+        ``MEMORY_MIN_GAP`` (R21: the slots in between are dropped and counted)."""
+        nxt = timing.advance(spec, slot, now)
+        floor = now + MEMORY_MIN_GAP
+        if nxt is None or nxt >= floor:
+            return nxt
+        later = timing.advance(spec, slot, floor - dt.timedelta(microseconds=1))
+        if isinstance(spec, timing.Interval) and later is not None:
+            self._dropped += max(0, (later - nxt) // spec.every)
+        else:
+            self._dropped += 1
+        return later
+
+    def remember(self, fire: OutageFire) -> None:
+        """Keep a fire for the ledger; a full memory drops its oldest (R21)."""
+        if len(self.fires) >= MAX_OUTAGE_FIRES:
+            self.fires.popleft()
+            self._dropped += 1
+        self.fires.append(fire)
+
+    def say_dropped(self, now: dt.datetime, force: bool = False) -> None:
+        """What the outage memory dropped, in one log event, at most every
+        ``DROP_LOG_EVERY`` (and when the database is back)."""
+        if not self._dropped:
+            return
+        last = self._drop_logged_at
+        if not force and last is not None and now - last < DROP_LOG_EVERY:
+            return
+        logger.warning(
+            "outage memory dropped %d fire(s) or slot(s): at most one fire per schedule "
+            "every %ss from memory, and at most %d fires kept for the ledger",
+            self._dropped,
+            MEMORY_MIN_GAP.total_seconds(),
+            MAX_OUTAGE_FIRES,
+            extra={"event": "outage_memory_dropped", "count": self._dropped},
+        )
+        self._dropped, self._drop_logged_at = 0, now
+
+
+def _bad(name: str, exc: Exception) -> None:
+    logger.error(
+        "schedule %s cannot be fired from memory and is skipped: %s",
+        name,
+        describe_row_error(exc),
+        extra={"event": "bad_schedule", "schedule": name},
+    )
 
 
 def write_fires(fires: collections.deque[OutageFire], boot_id: uuid.UUID, now: dt.datetime) -> int:

@@ -14,7 +14,7 @@ import math
 import pytest
 from django.db import DataError, OperationalError
 
-from durablebeat.beat import batch_claim, boots, claims
+from durablebeat.beat import batch_claim, boots, claims, outage
 from durablebeat.beat import engine as engine_module
 from durablebeat.beat.engine import MIN_SLEEP
 from durablebeat.core import policy, timing
@@ -430,7 +430,8 @@ def test_a_sub_second_code_interval_fires_from_memory_at_a_bounded_rate(
 ):
     """While the database is down, a 10 ms code interval fires at most once a second, not
     a hundred times, and the drop is logged as one event."""
-    from durablebeat.beat.engine import MEMORY_MIN_GAP, Engine
+    from durablebeat.beat.engine import Engine
+    from durablebeat.beat.outage import MEMORY_MIN_GAP
 
     _down(monkeypatch)
     engine = Engine(code_entries=[_entry("fast", dt.timedelta(milliseconds=10))], publish=publisher)
@@ -451,14 +452,14 @@ def test_a_sub_second_code_interval_fires_from_memory_at_a_bounded_rate(
 def test_the_outage_memory_is_bounded_and_says_when_it_drops(publisher, t0, monkeypatch, caplog):
     from durablebeat.beat.engine import Engine
 
-    monkeypatch.setattr(engine_module, "MAX_OUTAGE_FIRES", 5)
+    monkeypatch.setattr(outage, "MAX_OUTAGE_FIRES", 5)
     _down(monkeypatch)
     entries = [_entry(f"job-{i}", 2 * S) for i in range(4)]
     engine = Engine(code_entries=entries, publish=publisher)
     with caplog.at_level(logging.WARNING, logger="durablebeat"):
         for k in range(20):
             engine.tick(t0 + k * S)
-    assert len(engine.outage_fires) == 5
+    assert len(engine.memory.fires) == 5
     assert len(publisher.claims) > 5  # still fired: only the records were dropped
     assert any(getattr(r, "event", "") == "outage_memory_dropped" for r in caplog.records)
 
