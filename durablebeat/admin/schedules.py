@@ -397,7 +397,7 @@ class ScheduleAdmin(GuardedAdmin):
         history = reverse("admin:durablebeat_run_changelist") + f"?schedule__id__exact={object_id}"
         extra_context = {**(extra_context or {}), "run_history_url": history}
         row = self.get_object(request, unquote(object_id)) if request.method == "GET" else None
-        if row is not None:
+        if row is not None and self.has_view_or_change_permission(request, row):
             extra_context["timeline"] = timeline.detail(request, row)
         return super().change_view(request, object_id, form_url, extra_context)
 

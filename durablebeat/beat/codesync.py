@@ -291,9 +291,10 @@ def sync(entries: list[CodeEntry], now: dt.datetime) -> dict[str, Schedule]:
         return _sync_once(entries, now)
     except IntegrityError as exc:
         logger.info(
-            "code sync met a row another beat inserted at the same moment, syncing again: %s",
+            "code sync was refused a row as a duplicate (another beat booting at the same "
+            "moment inserts it too), syncing again: %s",
             exc,
-            extra={"event": "code_sync_race"},
+            extra={"event": "code_sync_retry"},
         )
         return _sync_once(entries, now)
 

@@ -57,7 +57,7 @@ def _unresolved_after(run: Run) -> dt.timedelta:
     s = conf.settings
     if run.state == RunState.CLAIMED:
         return s.UNCONFIRMED_AFTER  # the publish was never confirmed: broker trouble
-    if run.state == RunState.STARTED and (limit := hard_limit(run.hard_time_limit)):
+    if run.state == RunState.STARTED and (limit := hard_limit(run.hard_time_limit)) is not None:
         # Orphan reclaim should have ended it by then (R15).
         try:
             return limit + s.RECLAIM_MARGIN + s.GC_INTERVAL

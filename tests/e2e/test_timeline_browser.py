@@ -195,7 +195,12 @@ def test_an_operator_sees_each_problem_on_the_timeline_and_reaches_its_run(brows
     # The stuck schedule's page: its lane over 7 days, lateness and durations.
     b.get(f"{live_server.url}/admin/durablebeat/schedule/{seen['stuck'].pk}/change/")
     wait_for(b, "#timeline").find_element(By.LINK_TEXT, "last 24h").click()
-    WebDriverWait(b, 10).until(lambda d: "timeline=24h" in d.current_url)
+    WebDriverWait(b, 10).until(
+        lambda d: (
+            "timeline=24h" in d.current_url
+            and d.execute_script("return document.readyState") == "complete"
+        )
+    )  # the new page, not the one the click left
     detail = wait_for(b, "#timeline")
     points = b.find_elements(By.CSS_SELECTOR, "#timeline svg.tl-chart-duration circle.tl-point")
     assert len(points) == 14  # its runs that finished, each with its duration
