@@ -122,7 +122,10 @@ def timeline_view(model_admin: ModelAdmin[Schedule], request: HttpRequest) -> Ht
     if filter_error:
         messages.error(request, filter_error)
     queryset = changelist.queryset if changelist else Schedule.objects.none()
-    page: Page[Schedule] = Paginator(queryset, LANES_PER_PAGE).get_page(request.GET.get("page"))
+    paginator = Paginator(queryset, LANES_PER_PAGE)
+    if changelist is not None:  # the list counted this filtered set already: not twice
+        paginator.count = changelist.result_count
+    page: Page[Schedule] = paginator.get_page(request.GET.get("page"))
     context: dict[str, Any] = {
         **model_admin.admin_site.each_context(request),
         "opts": Schedule._meta,
@@ -139,7 +142,10 @@ def timeline_view(model_admin: ModelAdmin[Schedule], request: HttpRequest) -> Ht
         "from_value": request.GET.get("from", ""),
         "to_value": request.GET.get("to", ""),
         "hidden": [
-            (k, v) for k, v in request.GET.items() if k not in ("from", "to", "window", "page")
+            (k, v)
+            for k, values in request.GET.lists()
+            if k not in ("from", "to", "window", "page")
+            for v in values
         ],
         "table_url": _with(request, **{"as": "table"}),
         "picture_url": _with(request, **{"as": None}),

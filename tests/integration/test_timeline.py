@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from durablebeat.admin import timeline as admin_timeline
 from durablebeat.enums import Reason, RunState
@@ -224,6 +226,14 @@ def test_the_from_to_form_keeps_the_filters_and_starts_at_the_first_page(admin_c
     assert 'name="page"' not in form and 'name="window"' not in form
 
 
+def test_the_from_to_form_keeps_every_value_of_a_repeated_parameter(admin_client, scene):
+    html = admin_client.get(URL + "?q=a&q=b").content.decode()
+    form = html[html.index('<form method="get" class="tl-range"') :]
+    form = form[: form.index("</form>")]
+    assert '<input type="hidden" name="q" value="a">' in form
+    assert '<input type="hidden" name="q" value="b">' in form
+
+
 def test_a_bad_filter_says_so_and_still_answers(admin_client, scene):
     response = admin_client.get(URL + "?nonsense__field=1")
     assert response.status_code == 200
@@ -243,6 +253,23 @@ def test_lanes_come_a_page_at_a_time(admin_client, make_schedule):
     assert lane_names(last) == [f"tenant-{i:03d}" for i in range(100, 120)]
     assert 'rel="next"' not in last.content.decode()
     assert lane_names(admin_client.get(URL + "?page=x")) == lane_names(first)
+
+
+def test_the_lanes_are_counted_once_per_page(admin_client, make_schedule):
+    """The schedule list's changelist counts the filtered schedules; the page's paginator
+    reuses that count instead of counting them again (100,000 rows each time)."""
+    Schedule.objects.bulk_create(
+        Schedule(name=f"tenant-{i:03d}", task=TASK, every=dt.timedelta(hours=1)) for i in range(60)
+    )
+    with CaptureQueriesContext(connection) as seen:
+        response = admin_client.get(URL + "?enabled__exact=1")
+    assert "Page 1 of 2" in response.content.decode()
+    counts = [
+        q["sql"]
+        for q in seen.captured_queries
+        if "COUNT(" in q["sql"] and "durablebeat_run" not in q["sql"]
+    ]
+    assert len(counts) == 1, counts
 
 
 # --- windows --------------------------------------------------------------------------------
