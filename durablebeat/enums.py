@@ -11,6 +11,8 @@ class Kind(models.TextChoices):
     INTERVAL = "interval", "Interval"  #: every N seconds on a grid anchored at its first fire
     CRONTAB = "crontab", "Crontab"  #: wall-clock times in the schedule's own time zone
     CLOCKED = "clocked", "One-off"  #: a single instant; disabled after its one fire
+    SOLAR = "solar", "Solar"  #: a sun event (sunrise, dusk...) seen from a latitude and longitude
+    CUSTOM = "custom", "Custom (code)"  #: a schedule object in code, asked is_due (R25)
 
 
 class Source(models.TextChoices):

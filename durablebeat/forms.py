@@ -33,6 +33,9 @@ CODE_OWNED_FIELDS = (
     *POLICY_FIELDS,
 )
 
+#: the timing a person may type; a custom schedule's object is code's alone (R25)
+EDITABLE_TIMING_FIELDS = tuple(name for name in TIMING_FIELDS if name != "custom_schedule")
+
 
 class JSONTextField(forms.JSONField):
     """A JSON field whose error says what the parser found, and whose empty is ``[]``/``{}``."""
@@ -178,7 +181,7 @@ class ScheduleForm(_ModelForm):
             "task",
             "description",
             "enabled",
-            *TIMING_FIELDS,
+            *EDITABLE_TIMING_FIELDS,
             "next_fire_at",
             *MESSAGE_FIELDS,
             *POLICY_FIELDS,

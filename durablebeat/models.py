@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from .core import timing
+from .core import solar, timing
 from .enums import Kind, Overlap, Reason, RunState, Source
 from .validation import validate_schedule_fields
 
@@ -66,6 +66,11 @@ TIMING_FIELDS = (
     "month_of_year",
     "timezone",
     "clocked_at",
+    "relative",
+    "solar_event",
+    "latitude",
+    "longitude",
+    "custom_schedule",
 )
 #: what beat does at a restart, a missed slot or a fire while one runs (R2, R8, R14)
 POLICY_FIELDS = ("startup_grace", "catch_up", "catch_up_window", "overlap")
@@ -141,6 +146,29 @@ class Schedule(models.Model):
     month_of_year = models.CharField(max_length=64, default="*")
     timezone = models.CharField(max_length=64, default="UTC", help_text="IANA time zone.")
     clocked_at = models.DateTimeField(null=True, blank=True, help_text="One-off schedules.")
+    relative = models.BooleanField(
+        default=False,
+        help_text="Interval schedules: round each fire down to the interval's clock unit in "
+        "the time zone, as Celery's relative=True (1 hour: on the hour).",
+    )
+    solar_event = models.CharField(
+        max_length=32,
+        blank=True,
+        choices=[(event, event.replace("_", " ")) for event in solar.EVENTS],
+        help_text="Solar schedules: the sun event.",
+    )
+    latitude = models.FloatField(
+        null=True, blank=True, help_text="Solar schedules: degrees, north positive (-90 to 90)."
+    )
+    longitude = models.FloatField(
+        null=True, blank=True, help_text="Solar schedules: degrees, east positive (-180 to 180)."
+    )
+    custom_schedule = models.CharField(
+        max_length=300,
+        blank=True,
+        editable=False,
+        help_text="Custom schedules: the schedule object in code (class and repr).",
+    )
 
     enabled = models.BooleanField(default=True)
     enabled_at = models.DateTimeField(
@@ -210,6 +238,8 @@ class Schedule(models.Model):
         if self.kind == Kind.INTERVAL:
             if self.every is None:
                 raise timing.InvalidSchedule("every", "an interval schedule needs an interval")
+            if self.relative:
+                return timing.Interval(self.every, relative=True, timezone=self.timezone)
             return timing.Interval(self.every)
         if self.kind == Kind.CRONTAB:
             return timing.Crontab.from_fields(self, self.timezone)
@@ -217,6 +247,14 @@ class Schedule(models.Model):
             if self.clocked_at is None:
                 raise timing.InvalidSchedule("at", "a one-off schedule needs a time")
             return timing.Clocked(self.clocked_at)
+        if self.kind == Kind.SOLAR:
+            for name in ("latitude", "longitude"):
+                if getattr(self, name) is None:
+                    raise timing.InvalidSchedule(name, f"a solar schedule needs a {name}")
+            return timing.Solar(self.solar_event, self.latitude, self.longitude)  # type: ignore[arg-type]
+        if self.kind == Kind.CUSTOM:
+            # the object itself lives in code: beat finds it by the schedule's name (R25)
+            return timing.Custom(self.custom_schedule)
         raise timing.InvalidSchedule("schedule", f"unknown kind {self.kind!r}")
 
     def set_spec(self, spec: timing.Spec) -> None:
@@ -224,8 +262,17 @@ class Schedule(models.Model):
         self.every = self.clocked_at = None
         self.minute = self.hour = self.day_of_week = self.day_of_month = "*"
         self.month_of_year = "*"
+        self.relative, self.solar_event, self.custom_schedule = False, "", ""
+        self.latitude = self.longitude = None
         if isinstance(spec, timing.Interval):
             self.kind, self.every = Kind.INTERVAL, spec.every
+            if spec.relative:
+                self.relative, self.timezone = True, spec.timezone
+        elif isinstance(spec, timing.Solar):
+            self.kind, self.solar_event = Kind.SOLAR, spec.event
+            self.latitude, self.longitude = spec.latitude, spec.longitude
+        elif isinstance(spec, timing.Custom):
+            self.kind, self.custom_schedule = Kind.CUSTOM, spec.label
         elif isinstance(spec, timing.Crontab):
             self.kind = Kind.CRONTAB
             self.minute, self.hour = spec.minute, spec.hour

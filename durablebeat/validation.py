@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import importlib.util
 import json
 import math
 import re
@@ -25,7 +26,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .conf import MAX_CATCH_UP_WINDOW, MAX_STARTUP_GRACE, InvalidSetting, settings
-from .core import timing
+from .core import solar, timing
+from .enums import Kind, Source
 
 if TYPE_CHECKING:
     from .models import Schedule
@@ -448,6 +450,15 @@ def _range_errors(schedule: Schedule) -> dict[str, str]:
     return {name: msg for name, msg in checks.items() if msg is not None}
 
 
+def _kind_errors(schedule: Schedule) -> dict[str, str]:
+    """R25: a solar schedule needs ephem installed; a custom one exists only in code."""
+    if schedule.kind == Kind.SOLAR and importlib.util.find_spec("ephem") is None:
+        return {"solar_event": f"solar schedules need ephem: {solar.EXTRA}"}
+    if schedule.kind == Kind.CUSTOM and schedule.source != Source.CODE:
+        return {"kind": "a custom schedule is an object in code: define it in beat_schedule"}
+    return {}
+
+
 def validate_schedule_fields(schedule: Schedule, *, check_task: bool = True) -> dict[str, str]:
     """Every problem with a schedule row, as {model field: message}. Empty means valid.
 
@@ -458,6 +469,8 @@ def validate_schedule_fields(schedule: Schedule, *, check_task: bool = True) -> 
     except timing.InvalidSchedule as exc:
         errors[schedule.model_field_for(exc.field)] = exc.message
     for name, msg in (_message_errors(schedule) | _range_errors(schedule)).items():
+        errors.setdefault(name, msg)
+    for name, msg in _kind_errors(schedule).items():
         errors.setdefault(name, msg)
     task = schedule.task
     if check_task and task and isinstance(task, str) and "task" not in errors:

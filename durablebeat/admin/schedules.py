@@ -93,12 +93,18 @@ class ScheduleAdmin(GuardedAdmin):
                     "kind",
                     "every",
                     ("minute", "hour", "day_of_week", "day_of_month", "month_of_year"),
+                    "relative",
                     "timezone",
                     "clocked_at",
+                    ("solar_event", "latitude", "longitude"),
+                    "custom_schedule",
                 ),
-                "description": "Interval: fill in <b>every</b>. Crontab: the five fields "
-                "(Celery's syntax, day_of_week 0 = Sunday) and the time zone. One-off: the "
-                "time. A change here makes beat compute the next fire afresh.",
+                "description": "Interval: fill in <b>every</b> (<b>relative</b>: each fire "
+                "rounded down to its unit in the time zone, as Celery's relative=True). "
+                "Crontab: the five fields (Celery's syntax, day_of_week 0 = Sunday) and the "
+                "time zone. One-off: the time. Solar: the sun event, latitude and longitude. "
+                "Custom: a schedule object in code, shown here, edited there. A change here "
+                "makes beat compute the next fire afresh.",
             },
         ),
         ("Next fire", {"fields": ("next_fire_at",)}),
@@ -241,7 +247,7 @@ class ScheduleAdmin(GuardedAdmin):
         )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
-        fields = [*self._status_fields, "recent_runs"]
+        fields = [*self._status_fields, "recent_runs", "custom_schedule"]
         if obj is not None and obj.source == Source.CODE:
             # Code is its source of truth: codesync rewrites these at every boot (R6).
             fields.extend(CODE_OWNED_FIELDS)

@@ -199,15 +199,15 @@ def parse_entry(
     if not task:
         raise BadEntry(f"{where}: 'task' is required")
     # Celery's ``relative=True`` (the entry's, or a ``schedule(..., relative=True)``'s)
-    # rounds the first run to the interval's unit; durablebeat keeps every interval on its
-    # stored grid (R1-R3), so the flag cannot be honoured, and is never dropped silently.
+    # rounds each run to the interval's clock unit; a crontab ignores it, as Celery's does
+    # (R25).
     relative = read.typed(entry.get("relative"), "relative", (bool,), "True or False")
-    if relative or getattr(entry.get("schedule"), "relative", False) is True:
-        raise BadEntry(f"{where}: relative=True is not supported (intervals keep their grid)")
     try:
-        spec = timing.from_celery(entry.get("schedule"), default_timezone)
+        spec = timing.from_celery(entry.get("schedule"), default_timezone, bool(relative))
     except timing.InvalidSchedule as exc:
-        raise BadEntry(f"{where}: schedule: {exc.message}") from exc
+        # a field of its own (a solar latitude...) names itself; the rest is "the schedule"
+        detail = exc.message if exc.field in ("schedule", "every", "at") else str(exc)
+        raise BadEntry(f"{where}: schedule: {detail}") from exc
     args = read.typed(entry.get("args"), "args", (list, tuple), "a list or tuple")
     kwargs = read.typed(entry.get("kwargs"), "kwargs", (dict,), "a dict")
     options = dict(read.typed(entry.get("options"), "options", (dict,), "a dict") or {})
@@ -243,7 +243,7 @@ def parse_entry(
         description=read.text(policy.get("description"), "description"),
         take_over=flags["take_over"],
     )
-    row = Schedule(name=name)
+    row = Schedule(name=name, source=Source.CODE)
     code.apply_to(row)
     errors = validate_schedule_fields(row, check_task=check_task)
     try:

@@ -84,10 +84,13 @@ class Claim:
         }
 
 
-def due_from_row(row: Schedule) -> Due:
+def due_from_row(row: Schedule, custom: timing.Custom | None = None) -> Due:
     """The value the policy works on; raises ``timing.InvalidSchedule`` for a bad row,
     including a policy duration out of its range (written around the checks, R21): the
-    policy adds them to instants, so they are bounded here as they are at entry."""
+    policy adds them to instants, so they are bounded here as they are at entry.
+
+    ``custom``: a custom schedule row's object, from this beat's code (R25): a row holds
+    only its label. Its last run is read for it (Celery passes it to ``is_due``)."""
     s = conf.settings
     own_grace, own_window = row.startup_grace, row.catch_up_window
     if own_grace is not None and not ZERO <= own_grace <= conf.MAX_STARTUP_GRACE:
@@ -96,10 +99,18 @@ def due_from_row(row: Schedule) -> Due:
         raise timing.InvalidSchedule("catch_up_window", f"out of its range: {own_window}")
     grace = own_grace if own_grace is not None else s.STARTUP_GRACE
     window = own_window or s.CATCH_UP_WINDOW
+    spec = row.to_spec()
+    last_run_at = None
+    if isinstance(spec, timing.Custom):
+        if custom is None:
+            raise timing.InvalidSchedule("custom_schedule", f"{spec.label} is not in this code")
+        spec = custom
+        last_run_at = _last_run(row.pk)
     return Due(
         id=row.pk,
         name=row.name,
-        spec=row.to_spec(),
+        spec=spec,
+        last_run_at=last_run_at,
         next_fire_at=row.next_fire_at,
         next_fire_reason=row.next_fire_reason,
         startup_grace=grace,
@@ -121,6 +132,16 @@ DUE_FIELDS = (
     "next_fire_at",
     "next_fire_reason",
 )
+
+
+def _last_run(schedule_id: int) -> dt.datetime | None:
+    """A custom schedule's last run as Celery's beat keeps it: when it last fired, else when
+    it was first stored (Celery's is the beat's start). Read for custom rows only: the due
+    query leaves these columns out."""
+    fired, created = Schedule.objects.filter(pk=schedule_id).values_list(
+        "last_fired_at", "created_at"
+    )[0]
+    return fired or created
 
 
 def fetch_due(horizon: dt.datetime, limit: int, lock: bool = False) -> list[Schedule]:

@@ -23,7 +23,7 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from .. import conf
 from ..core import clock, timing
 from ..core.policy import Defer, Due, Fire, Miss, decide
-from ..enums import Reason
+from ..enums import Kind, Reason
 from . import boots, dberrors, notify, publishing, recovery
 from . import due as due_query
 from .claims import apply_defer, apply_miss, mark_published, mark_unpublishable
@@ -84,6 +84,24 @@ class Engine:
     _backlog_since: dt.datetime | None = None
     #: database errors that will recur, logged and recorded for ``check`` (R23)
     _db_errors: dberrors.Reporter = field(default_factory=dberrors.Reporter)
+    #: the custom schedule objects of this beat's code, by schedule name (R25)
+    _customs: dict[str, timing.Custom] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._customs = {
+            e.name: e.spec for e in self.code_entries if isinstance(e.spec, timing.Custom)
+        }
+
+    def _say_not_here(self, name: str) -> None:
+        key = (0, f"custom:{name}")
+        if key not in self._bad_logged:
+            self._bad_logged.add(key)
+            logger.warning(
+                "custom schedule %s is not in this beat's beat_schedule; a beat whose code "
+                "has it fires it",
+                name,
+                extra={"event": "custom_not_here", "schedule": name},
+            )
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -257,7 +275,12 @@ class Engine:
                 if row.next_fire_at is not None and row.next_fire_at > now:
                     wake = row.next_fire_at if wake is None else min(wake, row.next_fire_at)
                     continue
-                due = due_from_row(row)
+                if row.kind == Kind.CUSTOM and row.name not in self._customs:
+                    # R25: its object lives in another version of the code (a rolling
+                    # deploy): left to a beat that has it, never set aside for it
+                    self._say_not_here(row.name)
+                    continue
+                due = due_from_row(row, self._customs.get(row.name))
                 message = Message.for_row(row)
                 action = decide(due, now, late_after, due.id in self.caught_up)
                 _check_moves_on(action, now)

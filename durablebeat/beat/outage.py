@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from django.db import IntegrityError, transaction
 
 from .. import conf
-from ..core import timing
+from ..core import policy, timing
+from ..core.custom import custom_next
 from ..enums import Reason, RunState
 from ..models import (
     Run,
@@ -126,7 +127,11 @@ class OutageMemory:
                         if e.startup_grace is not None
                         else conf.settings.STARTUP_GRACE
                     )
-                    self.plan[e.name] = Planned(e, now + grace, Reason.STARTUP_GRACE)
+                    first = policy.grace_slot(e.spec, now, grace)
+                    self.plan[e.name] = Planned(e, first, Reason.STARTUP_GRACE)
+                elif isinstance(e.spec, timing.Custom):  # R25: asked, as with the database
+                    due, ask_again = custom_next(e.spec, now, now)
+                    self.plan[e.name] = Planned(e, now if due else ask_again)
                 else:
                     self.plan[e.name] = Planned(e, timing.next_slot(e.spec, now))
             except Exception as exc:  # R21: one entry never stops the others

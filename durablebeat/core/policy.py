@@ -9,9 +9,12 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import dataclass
+from zoneinfo import ZoneInfo
 
 from ..enums import Overlap, Reason
 from . import clock, timing
+from .custom import custom_next
+from .relative import relative_first
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,9 @@ class Due:
     catch_up: bool
     catch_up_window: dt.timedelta
     overlap: str = Overlap.SKIP
+    #: a custom schedule's last run, as Celery's beat passes it to ``is_due``: the last slot
+    #: fired, or when the schedule was first stored (Celery's boot time) (R25)
+    last_run_at: dt.datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,8 @@ def decide(due: Due, now: dt.datetime, late_after: dt.timedelta, caught_up: bool
     ``caught_up``: this boot already fired a catch-up for this schedule (R8: at most one).
     """
     spec = due.spec
+    if isinstance(spec, timing.Custom):
+        return _ask_custom(due, spec, now)
     if due.next_fire_at is None:
         return _first_fire(due, now, late_after, caught_up)
     if now - due.next_fire_at <= late_after:
@@ -85,25 +93,48 @@ def decide(due: Due, now: dt.datetime, late_after: dt.timedelta, caught_up: bool
         return Fire(slot, due.next_fire_reason, timing.advance(spec, slot, now))
     if isinstance(spec, timing.Interval):
         # R7: an overdue interval slot fires once, after the startup grace, then continues
-        # on the grid that starts there.
-        return Defer(now + due.startup_grace, Reason.STARTUP_GRACE)
+        # on the grid that starts there (a relative one: on its chain, R25).
+        return Defer(grace_slot(spec, now, due.startup_grace), Reason.STARTUP_GRACE)
+    assert not isinstance(spec, timing.Custom)
     return _missed(due, spec, due.next_fire_at, now, caught_up)
+
+
+def grace_slot(spec: timing.Interval, now: dt.datetime, grace: dt.timedelta) -> dt.datetime:
+    """R2: a new or overdue interval's next fire, after the startup grace; a relative one
+    keeps Celery's rounding (the first rounded slot at or after ``now + grace``, R25)."""
+    if spec.relative:
+        return relative_first(spec.every, ZoneInfo(spec.timezone), now, grace)
+    return now + grace
+
+
+def _ask_custom(due: Due, spec: timing.Custom, now: dt.datetime) -> Action:
+    """R25: a custom schedule object is asked what Celery's beat asks it, ``is_due(last run)``.
+    Due: the stored next fire (or now, for a new one) is the slot, claimed once across beats
+    (R4), and the next fire is when the object says to ask again. Not due: ask again then.
+    Late slots are not counted as missed: the object alone knows its slots."""
+    due_now, ask_again = custom_next(spec, due.last_run_at or now, now)
+    if due.next_fire_at is None:
+        return Defer(now if due_now else ask_again, Reason.SCHEDULED)
+    if due_now:
+        return Fire(due.next_fire_at, due.next_fire_reason, ask_again)
+    return Defer(ask_again, Reason.SCHEDULED)
 
 
 def _first_fire(due: Due, now: dt.datetime, late_after: dt.timedelta, caught_up: bool) -> Action:
     spec = due.spec
     if isinstance(spec, timing.Interval):
-        return Defer(now + due.startup_grace, Reason.STARTUP_GRACE)  # R2
+        return Defer(grace_slot(spec, now, due.startup_grace), Reason.STARTUP_GRACE)  # R2
     if isinstance(spec, timing.Clocked) and spec.at <= now:
         if now - spec.at <= late_after:
             return Fire(spec.at, Reason.SCHEDULED, None)
         return _missed(due, spec, spec.at, now, caught_up)
+    assert not isinstance(spec, timing.Custom)  # decide asks a custom schedule itself
     return Defer(timing.next_slot(spec, now), Reason.SCHEDULED)
 
 
 def _missed(
     due: Due,
-    spec: timing.Crontab | timing.Clocked,
+    spec: timing.Crontab | timing.Clocked | timing.Solar,
     first_due: dt.datetime,
     now: dt.datetime,
     caught_up: bool,

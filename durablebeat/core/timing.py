@@ -41,12 +41,18 @@ from celery.schedules import ParseException, crontab, crontab_parser, schedule, 
 from cron_descriptor import ExpressionDescriptor, Options
 
 from .clock import check_aware
+from .custom import Custom, custom_label, custom_next
+from .errors import InvalidSchedule
+from .relative import relative_after
+from .solar import Solar, event_after, events_between
 
 __all__ = [
     "Clocked",
     "Crontab",
+    "Custom",
     "Interval",
     "InvalidSchedule",
+    "Solar",
     "Spec",
     "advance",
     "describe",
@@ -78,27 +84,24 @@ _NAMES = {
 _LONGEST_MONTH = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
-class InvalidSchedule(ValueError):
-    """A schedule refused where it enters, naming the field at fault (R20)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(field, message)  # both in args, so the exception pickles
-        self.field = field
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
-
-
 @dataclasses.dataclass(frozen=True)
 class Interval:
+    """Every ``every``. ``relative`` is Celery's ``relative=True``: each slot is rounded down
+    to the interval's clock unit (day, hour, minute or second) in ``timezone`` (R25)."""
+
     every: timedelta
+    relative: bool = False
+    #: the zone a relative interval's units are counted in (Celery's app zone); "UTC" else
+    timezone: str = "UTC"
 
     def __post_init__(self) -> None:
         if not isinstance(self.every, timedelta):
             raise InvalidSchedule("every", f"must be a timedelta, got {type(self.every).__name__}")
         if self.every <= timedelta(0):
             raise InvalidSchedule("every", f"must be positive, got {self.every}")
+        if not isinstance(self.relative, bool):
+            raise InvalidSchedule("relative", f"must be True or False, got {self.relative!r}")
+        _zone(self.timezone)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +157,7 @@ class Crontab:
         set_(self, "_hour_spans", tuple((h, i * n, i * n + n) for i, h in enumerate(hours)))
 
 
-Spec = Interval | Crontab | Clocked
+Spec = Interval | Crontab | Clocked | Solar | Custom
 
 
 def _zone(name: str) -> ZoneInfo:
@@ -265,9 +268,12 @@ def _days(spec: Crontab, start: date, forward: bool) -> Iterator[datetime]:
             year, month = (year + 1, 1) if forward else (year - 1, 12)
 
 
-def next_slot(spec: Crontab | Clocked, after: datetime) -> datetime | None:
-    """The first slot strictly after ``after``, or None (a past one-off, or beyond year 9999)."""
+def next_slot(spec: Crontab | Clocked | Solar, after: datetime) -> datetime | None:
+    """The first slot strictly after ``after``, or None (a past one-off, or beyond year 9999;
+    a sun event that does not happen within the polar search bound)."""
     t = _naive_utc(after, "after")
+    if isinstance(spec, Solar):
+        return event_after(spec, after)
     if isinstance(spec, Clocked):
         return spec.at if spec.at.replace(tzinfo=None) > t else None
     spec = _crontab(spec)
@@ -284,9 +290,13 @@ def next_slot(spec: Crontab | Clocked, after: datetime) -> datetime | None:
     return None if best is None else best.replace(tzinfo=UTC)
 
 
-def slots_between(spec: Crontab | Clocked, since: datetime, until: datetime) -> Iterator[datetime]:
+def slots_between(
+    spec: Crontab | Clocked | Solar, since: datetime, until: datetime
+) -> Iterator[datetime]:
     """Every slot s with since < s <= until, ascending, without duplicates; lazy."""
     lo_t, hi_t = _naive_utc(since, "since"), _naive_utc(until, "until")
+    if isinstance(spec, Solar):
+        return events_between(spec, since, until)
     if isinstance(spec, Clocked):
         return iter([spec.at] if lo_t < spec.at.replace(tzinfo=None) <= hi_t else [])
     return _between(_crontab(spec), lo_t, hi_t)
@@ -318,9 +328,16 @@ def _between(spec: Crontab, since: datetime, until: datetime) -> Iterator[dateti
             last = slot
 
 
-def latest_slot(spec: Crontab | Clocked, since: datetime, until: datetime) -> datetime | None:
+def latest_slot(
+    spec: Crontab | Clocked | Solar, since: datetime, until: datetime
+) -> datetime | None:
     """The latest slot in (since, until], or None; searches backwards day by day."""
     lo_t, hi_t = _naive_utc(since, "since"), _naive_utc(until, "until")
+    if isinstance(spec, Solar):  # at most a slot a day: walk forward
+        latest = None
+        for latest in events_between(spec, since, until):  # noqa: B007
+            pass
+        return latest
     if isinstance(spec, Clocked):
         return spec.at if lo_t < spec.at.replace(tzinfo=None) <= hi_t else None
     spec = _crontab(spec)
@@ -346,35 +363,57 @@ def advance(spec: Spec, deadline: datetime, now: datetime) -> datetime | None:
     # Aware arithmetic within one non-UTC tzinfo is wall-clock arithmetic: work in UTC.
     deadline = check_aware(deadline, "deadline").astimezone(UTC)
     now = check_aware(now, "now").astimezone(UTC)
+    if isinstance(spec, Interval) and spec.relative:
+        return relative_after(spec.every, _zone(spec.timezone), deadline, now)
     if isinstance(spec, Interval):
         k = max(1, (now - deadline) // spec.every + 1)  # exact: timedelta // is on microseconds
         return deadline + spec.every * k
     if isinstance(spec, Clocked):
         return None
+    if isinstance(spec, Custom):
+        return custom_next(spec, deadline, now)[1]
     return next_slot(spec, max(now, deadline))
 
 
-def from_celery(schedule_: object, default_timezone: str) -> Spec:
-    """The spec of an ``app.conf.beat_schedule`` entry's ``schedule`` value."""
+def from_celery(schedule_: object, default_timezone: str, relative: bool = False) -> Spec:
+    """The spec of an ``app.conf.beat_schedule`` entry's ``schedule`` value (R25).
+
+    ``relative`` is the entry's own ``relative`` key: Celery's beat applies it to a number or
+    a ``timedelta`` only (``celery.schedules.maybe_schedule``); a ``schedule`` object keeps
+    its own flag and a crontab ignores it. A relative interval counts its clock units in
+    ``default_timezone``, the zone of Celery's ``app.now()``."""
     if isinstance(schedule_, solar):
-        raise InvalidSchedule("schedule", "solar schedules are not supported")
+        return Solar(schedule_.event, schedule_.lat, schedule_.lon)
     if isinstance(schedule_, crontab):
         fields = {
             name: _field_text(name, getattr(schedule_, f"_orig_{name}")) for name, *_ in _FIELDS
         }
         return Crontab(**fields, timezone=_own_zone(schedule_) or default_timezone)
-    if isinstance(schedule_, schedule):
-        return Interval(schedule_.run_every)
+    if isinstance(schedule_, schedule) and not _overrides(schedule_, schedule):
+        return _interval(schedule_.run_every, schedule_.relative is True, default_timezone)
     if isinstance(schedule_, timedelta):
-        return Interval(schedule_)
+        return _interval(schedule_, relative, default_timezone)
     if isinstance(schedule_, int | float) and not isinstance(schedule_, bool):
         try:
-            return Interval(timedelta(seconds=schedule_))
+            every = timedelta(seconds=schedule_)
         except (ValueError, OverflowError) as exc:  # nan, inf
             raise InvalidSchedule("every", f"{schedule_!r} is not a number of seconds") from exc
+        return _interval(every, relative, default_timezone)
     if isinstance(schedule_, datetime):
         return Clocked(schedule_)
+    if callable(getattr(schedule_, "is_due", None)):  # a BaseSchedule subclass, or duck-typed
+        return Custom(custom_label(schedule_), schedule_)
     raise InvalidSchedule("schedule", f"{type(schedule_).__name__} schedules are not supported")
+
+
+def _overrides(schedule_: object, base: type) -> bool:
+    """A subclass that answers Celery's questions its own way is a custom schedule."""
+    cls = type(schedule_)
+    return any(getattr(cls, m) is not getattr(base, m) for m in ("is_due", "remaining_estimate"))
+
+
+def _interval(every: timedelta, relative: bool, zone: str) -> Interval:
+    return Interval(every, relative=True, timezone=zone) if relative else Interval(every)
 
 
 def _field_text(name: str, value: object) -> str:
@@ -413,7 +452,14 @@ def _own_zone(schedule_: crontab) -> str | None:
 def describe(spec: Spec) -> str:
     """Words for people: "every 20 seconds", "At 08:00, Monday through Friday (Europe/Berlin)"."""
     if isinstance(spec, Interval):
-        return _describe_interval(spec.every)
+        words = _describe_interval(spec.every)
+        if spec.relative:
+            words += f", rounded to the clock ({spec.timezone})"
+        return words
+    if isinstance(spec, Solar):
+        return f"at {spec.event.replace('_', ' ')} at {spec.place()}"
+    if isinstance(spec, Custom):
+        return f"custom schedule {spec.label}"
     if isinstance(spec, Clocked):
         fmt = "%Y-%m-%d %H:%M" + (":%S" if spec.at.second or spec.at.microsecond else "")
         return f"once at {spec.at.strftime(fmt)} UTC"

@@ -122,13 +122,10 @@ def _json(text: str | None, name: str) -> Any:
 
 
 def _spec(task: Any) -> timing.Spec:
-    if task.solar_id is not None:
-        solar = task.solar
-        raise Skip(
-            f"solar schedule ({solar.event} at {solar.latitude}, {solar.longitude}) is not "
-            "supported by durablebeat: re-create it as a crontab"
-        )
     try:
+        if task.solar_id is not None:  # R25: the same sun event, computed as Celery does
+            sun = task.solar
+            return timing.Solar(sun.event, float(sun.latitude), float(sun.longitude))
         if task.interval_id is not None:
             return timing.Interval(_every(task.interval.every, task.interval.period))
         if task.crontab_id is not None:
@@ -201,6 +198,7 @@ def _next_fire(
                 f"one-off time {absolute(spec.at)} passed without a run: imported disabled",
             )
         return spec.at, True, "one-off at its time"
+    assert not isinstance(spec, timing.Custom)  # _spec never makes one
     if start is not None and start > now:
         if isinstance(spec, timing.Interval):
             return start, True, f"first fire at its start time {absolute(start)}"

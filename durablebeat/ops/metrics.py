@@ -42,7 +42,7 @@ def period_seconds(spec: timing.Spec, now: dt.datetime) -> float | None:
     """The gap between two slots: ``every``, or a crontab's next two slots; None: one-off."""
     if isinstance(spec, timing.Interval):
         return spec.every.total_seconds()
-    if isinstance(spec, timing.Clocked):
+    if isinstance(spec, timing.Clocked | timing.Custom):
         return None
     first = timing.next_slot(spec, now)
     second = timing.next_slot(spec, first) if first is not None else None

@@ -167,7 +167,7 @@ def no_success_bound(spec: timing.Spec, until: dt.datetime, periods: int) -> dt.
             return until - periods * spec.every + dt.timedelta(microseconds=1)
         except OverflowError:
             return None
-    if isinstance(spec, timing.Clocked):
+    if isinstance(spec, timing.Clocked | timing.Custom):  # a custom one's periods: unknown
         return None
     window = dt.timedelta(days=1)
     while window <= dt.timedelta(days=16384):

@@ -7,7 +7,8 @@ import datetime as dt
 import re
 
 from .. import conf
-from ..core import timing
+from ..core import solar, timing
+from ..enums import Kind
 from ..models import Schedule
 
 _UNITS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -59,6 +60,19 @@ def relative(then: dt.datetime | None, now: dt.datetime) -> str:
     return f"in {words}" if then > now else f"{words} ago"
 
 
+def _polar_words(row: Schedule, now: dt.datetime) -> str | None:
+    """A solar schedule whose event skips days (polar day or night) says so, R25."""
+    if row.kind != Kind.SOLAR:
+        return None
+    try:
+        spec = row.to_spec()
+    except timing.InvalidSchedule:
+        return None
+    if not isinstance(spec, timing.Solar):
+        return None
+    return solar.no_event_words(spec, now, row.next_fire_at)
+
+
 def next_fire_words(row: Schedule, now: dt.datetime) -> str:
     """The admin's and status's "next fire": "in 4 min", "due now", "overdue 3 h", "disabled".
 
@@ -72,7 +86,9 @@ def next_fire_words(row: Schedule, now: dt.datetime) -> str:
     if row.next_fire_at is None:
         return "beat computes it"
     if row.next_fire_at >= now:
-        return f"in {duration_words(row.next_fire_at - now)}"
+        words = f"in {duration_words(row.next_fire_at - now)}"
+        polar = _polar_words(row, now)
+        return f"{words} ({polar})" if polar else words
     if now - row.next_fire_at <= conf.settings.LATE_AFTER:
         return "due now"
     return f"overdue {duration_words(now - row.next_fire_at)}"

@@ -220,22 +220,41 @@ def test_disabled_task_is_imported_disabled(t0):
 # --- skipped, with the reason -------------------------------------------------------------
 
 
+def test_a_solar_row_is_imported_as_the_same_sun_event_with_its_next_event(t0):
+    """R25: django-celery-beat's solar rows move as solar schedules, next fire the sun
+    event after the switch (as Celery's solar computes it)."""
+    sun = SolarSchedule.objects.create(event="sunrise", latitude=52.52, longitude=13.40)
+    periodic("dawn", solar=sun)
+    assert items(t0)["dawn"].action == importer.CREATE
+    importer.run_import(t0, dry_run=False)
+    row = Schedule.objects.get(name="dawn")
+    assert (row.kind, row.solar_event, row.latitude, row.longitude) == (
+        Kind.SOLAR,
+        "sunrise",
+        52.52,
+        13.40,
+    )
+    expected = timing.next_slot(timing.Solar("sunrise", 52.52, 13.40), t0)
+    assert row.next_fire_at == expected
+    assert expected is not None and t0 < expected <= t0 + 24 * H
+
+
 def test_what_cannot_move_is_listed_and_skipped_with_the_reason(t0):
-    solar = SolarSchedule.objects.create(event="sunrise", latitude=52.52, longitude=13.40)
-    periodic("dawn", solar=solar)
     periodic("ends", interval=every(5), expires=t0 + 24 * H)
     periodic("bad-args", interval=every(5), args="[1,")
     periodic("bad-kwargs", interval=every(5), kwargs="[1]")
     periodic("typo", interval=every(5), task="no.such.task")
+    sun = SolarSchedule.objects.create(event="sunrise", latitude=95, longitude=13.40)
+    periodic("off-the-globe", solar=sun)
     plan = items(t0)
     assert {i.action for i in plan.values()} == {importer.SKIP}
-    assert "solar schedule (sunrise at 52.52" in plan["dawn"].why
     assert "end date" in plan["ends"].why
     assert plan["bad-args"].why.startswith("args: malformed JSON")
     assert plan["bad-kwargs"].why.startswith("kwargs: must be a JSON object")
     assert plan["typo"].why.startswith("task: no task named 'no.such.task'")
+    assert "latitude: must be between -90 and 90" in plan["off-the-globe"].why
     out = run()
-    assert "skip    dawn: solar schedule" in out
+    assert "skip    typo: task" in out
     assert "created 0, skipped 5, already present 0" in out
     assert not Schedule.objects.exists()
 

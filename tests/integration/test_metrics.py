@@ -174,7 +174,7 @@ def test_a_token_is_wanted_even_when_the_metrics_are_public(client, situation):
 @override_settings(DURABLEBEAT_METRICS_PUBLIC=False, DEBUG=False)
 def test_an_anonymous_request_on_a_bad_row_gets_no_page_of_details(client, situation):
     edge = dt.datetime.max.replace(tzinfo=dt.UTC)
-    Schedule.objects.filter(name="job").update(kind="solar", next_fire_at=edge)
+    Schedule.objects.filter(name="job").update(kind="lunar", next_fire_at=edge)
     response = client.get("/durablebeat/metrics")
     assert response.status_code == 403
     assert b"Traceback" not in response.content

@@ -164,7 +164,7 @@ EXTREMES: dict[str, Callable[[dt.datetime], None]] = {
     "crontab_every_minute_never_succeeded": lambda t0: row(
         "x", kind="crontab", created_at=MIN_AT, enabled_at=MIN_AT
     ),
-    "unknown_kind": lambda t0: row("x", kind="solar", next_fire_at=t0 - H),
+    "unknown_kind": lambda t0: row("x", kind="lunar", next_fire_at=t0 - H),
     "json_wrong_shapes": lambda t0: row(
         "x", args={"not": "a list"}, kwargs=[1, 2], headers="text", next_fire_at=t0 + H
     ),

@@ -8,7 +8,7 @@ import datetime as dt
 import math
 
 import pytest
-from celery.schedules import schedule as celery_schedule
+from celery.schedules import solar as celery_solar
 from django.core import checks
 
 from durablebeat import checks as db_checks
@@ -358,7 +358,7 @@ def entry(**changes):
             "headers: 'eta', 'id', 'task' reserved",
         ),
         ({"relative": "false"}, "relative: 'false' value must be True or False, not str"),
-        ({"schedule": celery_schedule(60, relative=True)}, "relative=True is not supported"),
+        ({"schedule": celery_solar("sunrise", 10, 20), "args": "x"}, "args: 'x' value must be"),
     ],
 )
 def test_a_code_entry_of_the_wrong_type_or_range_names_entry_and_field(changes, words):

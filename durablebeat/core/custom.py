@@ -1,0 +1,57 @@
+"""Custom schedule objects from code (R25): a ``celery.schedules.BaseSchedule`` subclass, or
+anything with Celery's ``is_due(last_run_at)``. The beat asks the object what Celery's beat
+asks it and stores the answer as the next fire; nothing here reads the clock itself (the
+object may read its own).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .clock import check_aware
+from .errors import InvalidSchedule
+
+__all__ = ["MIN_CUSTOM_WAIT", "Custom", "custom_label", "custom_next"]
+
+#: the shortest wait a custom schedule's answer turns into: an object that answers "due,
+#: check again in 0 s" must not make a busy loop (R21)
+MIN_CUSTOM_WAIT = timedelta(seconds=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Custom:
+    """A schedule object from code (a ``celery.schedules.BaseSchedule`` subclass, or anything
+    with Celery's ``is_due(last_run_at)``). The object lives in the beat's memory, code being
+    its source of truth; a row keeps only ``label`` (R25). Equal when the labels are."""
+
+    label: str
+    schedule: Any = dataclasses.field(default=None, compare=False, repr=False)
+
+
+def custom_label(schedule_: object) -> str:
+    """How a row names a custom schedule object: its class path and its repr, in one line."""
+    cls = type(schedule_)
+    # a default repr names a memory address, new at every boot: the row would look changed
+    text = re.sub(r" at 0x[0-9a-fA-F]+", "", " ".join(repr(schedule_).split()))
+    return f"{cls.__module__}.{cls.__qualname__}: {text}"[:300]
+
+
+def custom_next(spec: Custom, last_run_at: datetime, now: datetime) -> tuple[bool, datetime]:
+    """Ask the object ``is_due(last_run_at)`` and turn its answer ``(due, next_seconds)``
+    into (due, the instant to ask again, at least ``MIN_CUSTOM_WAIT`` after ``now``).
+    Anything the object raises goes up to the caller, which sets the row aside (R21); an
+    answer that is not Celery's shape is refused naming the schedule."""
+    if spec.schedule is None:
+        raise InvalidSchedule("schedule", f"custom schedule {spec.label} is not loaded")
+    answer = spec.schedule.is_due(check_aware(last_run_at, "last_run_at"))
+    try:
+        due, seconds = answer
+        wait = timedelta(seconds=float(seconds))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidSchedule(
+            "schedule", f"{spec.label}.is_due() must return (is_due, next_seconds), got {answer!r}"
+        ) from exc
+    return bool(due), check_aware(now, "now").astimezone(UTC) + max(wait, MIN_CUSTOM_WAIT)
