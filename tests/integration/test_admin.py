@@ -204,6 +204,48 @@ def test_form_refuses_bad_input_naming_the_field(admin_client, overrides, field,
     assert not Schedule.objects.exists()
 
 
+def test_add_solar_schedule_and_its_ranges_named(admin_client):
+    """R25, R21: a solar schedule is made in the admin (event, latitude, longitude); a
+    latitude or longitude off the globe, or a missing event, is refused naming its field."""
+    solar = {"kind": "solar", "solar_event": "sunset", "latitude": "69.6492"}
+    for bad, field in (
+        ({"latitude": "91"}, "latitude"),
+        ({"longitude": "-180.5"}, "longitude"),
+        ({"solar_event": ""}, "solar_event"),
+    ):
+        response = admin_client.post(ADD, form_data(**{**solar, "longitude": "18.9553", **bad}))
+        assert response.status_code == 200
+        errors = errors_of(response)
+        assert field in errors, errors
+    assert not Schedule.objects.exists()
+    response = admin_client.post(ADD, form_data(**solar, longitude="18.9553"))
+    assert response.status_code == 302, errors_of(response)
+    row = Schedule.objects.get(name="digest")
+    assert (row.kind, row.solar_event, row.latitude, row.longitude) == (
+        "solar",
+        "sunset",
+        69.6492,
+        18.9553,
+    )
+    assert "at sunset at 69.6492°N, 18.9553°E" in admin_client.get(CHANGELIST).content.decode()
+
+
+def test_a_custom_schedule_is_code_only_and_shown_read_only(admin_client, make_schedule, t0):
+    response = admin_client.post(ADD, form_data(kind="custom"))
+    assert response.status_code == 200
+    assert "kind" in errors_of(response)
+    row = make_schedule(
+        "quarters",
+        kind="custom",
+        custom_schedule="app.schedules.Quarters: <quarters>",
+        source=Source.CODE,
+        next_fire_at=t0 + H,
+    )
+    page = admin_client.get(change_url(row)).content.decode()
+    assert "app.schedules.Quarters: &lt;quarters&gt;" in page
+    assert 'name="custom_schedule"' not in page
+
+
 def test_interval_accepts_human_durations(admin_client):
     response = admin_client.post(ADD, form_data(kind="interval", every="90s", name="tick"))
     assert response.status_code == 302, errors_of(response)

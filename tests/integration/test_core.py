@@ -313,7 +313,7 @@ def test_bad_code_entry_fails_the_boot_naming_the_entry(make_engine):
         ({"options": {"priority": "high"}}, r"priority: .high. value must be an integer"),
         ({"options": {"priority": -1}}, "priority: must be from 0 to 255"),
         ({"options": {"queue": "q" * 201}}, "queue: Ensure this value has at most 200"),
-        ({"relative": True}, "relative=True is not supported"),
+        ({"relative": 1}, "relative: 1 value must be True or False, not int"),
     ],
 )
 def test_code_entry_refused_by_the_models_own_checks_names_the_entry(make_engine, extra, words):
