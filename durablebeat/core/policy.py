@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
 from ..enums import Overlap, Reason
-from . import clock, timing
+from . import clock, solar, timing
 from .custom import custom_next
 from .relative import relative_first
 
@@ -83,6 +83,20 @@ def decide(due: Due, now: dt.datetime, late_after: dt.timedelta, caught_up: bool
     passed while none was running (or none could reach the database): it is *missed*.
     ``caught_up``: this boot already fired a catch-up for this schedule (R8: at most one).
     """
+    action = _decide(due, now, late_after, caught_up)
+    spec = due.spec
+    if isinstance(spec, timing.Solar) and action.next_fire_at is None:
+        # R21: no sun event within the polar search bound: the row is set aside with why,
+        # rather than searched again at every tick
+        raise timing.InvalidSchedule(
+            "solar_event",
+            f"no {spec.event.replace('_', ' ')} at {spec.place()} within "
+            f"{solar.MAX_SEARCH_DAYS} days",
+        )
+    return action
+
+
+def _decide(due: Due, now: dt.datetime, late_after: dt.timedelta, caught_up: bool) -> Action:
     spec = due.spec
     if isinstance(spec, timing.Custom):
         return _ask_custom(due, spec, now)

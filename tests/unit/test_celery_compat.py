@@ -263,3 +263,25 @@ def test_a_polar_night_has_no_sunrise_and_status_says_until_when():
         )
         is None
     )
+
+
+def test_a_sun_event_that_never_comes_is_a_bad_row_not_a_search_at_every_tick(monkeypatch):
+    """R21: with no event within the polar search bound, the decision refuses the row
+    naming the field (beat sets it aside) instead of leaving it with no next fire."""
+    from durablebeat.core import solar as solar_math
+
+    monkeypatch.setattr(solar_math, "MAX_SEARCH_DAYS", 3)
+    spec = timing.Solar("sunrise", 78.2232, 15.6267)
+    due = policy.Due(
+        id=1,
+        name="polar",
+        spec=spec,
+        next_fire_at=None,
+        next_fire_reason=Reason.SCHEDULED,
+        startup_grace=dt.timedelta(0),
+        catch_up=False,
+        catch_up_window=dt.timedelta(hours=1),
+    )
+    with pytest.raises(timing.InvalidSchedule) as info:
+        policy.decide(due, corpus.utc(2026, 12, 1), dt.timedelta(seconds=10), caught_up=False)
+    assert str(info.value) == "solar_event: no sunrise at 78.2232°N, 15.6267°E within 3 days"
