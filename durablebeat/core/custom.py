@@ -34,8 +34,12 @@ class Custom:
 def custom_label(schedule_: object) -> str:
     """How a row names a custom schedule object: its class path and its repr, in one line."""
     cls = type(schedule_)
+    try:
+        shown = repr(schedule_)
+    except Exception:  # a repr that fails must not stop the boot: the class names it
+        shown = f"<{cls.__qualname__}>"
     # a default repr names a memory address, new at every boot: the row would look changed
-    text = re.sub(r" at 0x[0-9a-fA-F]+", "", " ".join(repr(schedule_).split()))
+    text = re.sub(r" at 0x[0-9a-fA-F]+", "", " ".join(shown.split()))
     return f"{cls.__module__}.{cls.__qualname__}: {text}"[:300]
 
 

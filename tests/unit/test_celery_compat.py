@@ -285,3 +285,22 @@ def test_a_sun_event_that_never_comes_is_a_bad_row_not_a_search_at_every_tick(mo
     with pytest.raises(timing.InvalidSchedule) as info:
         policy.decide(due, corpus.utc(2026, 12, 1), dt.timedelta(seconds=10), caught_up=False)
     assert str(info.value) == "solar_event: no sunrise at 78.2232°N, 15.6267°E within 3 days"
+
+
+def test_a_custom_schedule_is_labelled_by_class_and_repr_without_its_address():
+    """The label is stable from boot to boot (a default repr's address is not), so a
+    restart does not read as a timing change (R2, R6); a repr that raises still boots."""
+
+    class Plain(corpus.EveryQuarterHourOnWeekdays):
+        __repr__ = object.__repr__
+
+    class Broken(corpus.EveryQuarterHourOnWeekdays):
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    plain = timing.from_celery(Plain(), "UTC")
+    assert isinstance(plain, timing.Custom)
+    assert plain == timing.from_celery(Plain(), "UTC")
+    assert " at 0x" not in plain.label and plain.label.endswith("Plain object>")
+    broken = timing.from_celery(Broken(), "UTC")
+    assert isinstance(broken, timing.Custom) and broken.label.endswith(".Broken>")
