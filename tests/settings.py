@@ -78,12 +78,22 @@ for _name in (
 
 
 def _beat_schedule_from_env(raw: str) -> dict[str, Any]:
-    """{"name": {"task": ..., "every": 20 | "cron": "m h dow dom moy", "options": {...},
-    "durablebeat": {...}}}."""
+    """{"name": {"task": ..., "every": 20 | "cron": "m h dow dom moy" | "solar": [event,
+    lat, lon] | "custom": n (tests.e2eapp.schedules.EveryNSeconds), "relative": bool,
+    "options": {...}, "durablebeat": {...}}}."""
+    from celery.schedules import solar
+
+    from tests.e2eapp.schedules import EveryNSeconds
+
     schedule = {}
     for name, e in json.loads(raw).items():
+        timing: Any
         if "every" in e:
             timing = timedelta(seconds=e["every"])
+        elif "solar" in e:
+            timing = solar(*e["solar"])
+        elif "custom" in e:
+            timing = EveryNSeconds(e["custom"])
         else:
             m, h, dow, dom, moy = e["cron"].split()
             timing = crontab(minute=m, hour=h, day_of_week=dow, day_of_month=dom, month_of_year=moy)
@@ -93,6 +103,7 @@ def _beat_schedule_from_env(raw: str) -> dict[str, Any]:
             "args": e.get("args", []),
             "kwargs": e.get("kwargs", {}),
             "options": {**e.get("options", {}), "durablebeat": e.get("durablebeat", {})},
+            **({"relative": e["relative"]} if "relative" in e else {}),
         }
     return schedule
 

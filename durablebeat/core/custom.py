@@ -19,6 +19,8 @@ __all__ = ["MIN_CUSTOM_WAIT", "Custom", "custom_label", "custom_next"]
 #: the shortest wait a custom schedule's answer turns into: an object that answers "due,
 #: check again in 0 s" must not make a busy loop (R21)
 MIN_CUSTOM_WAIT = timedelta(seconds=1)
+#: the shortest "ask again" of an answer "not due": the next fire moves on, however little
+_MIN_ASK = timedelta(milliseconds=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +47,8 @@ def custom_label(schedule_: object) -> str:
 
 def custom_next(spec: Custom, last_run_at: datetime, now: datetime) -> tuple[bool, datetime]:
     """Ask the object ``is_due(last_run_at)`` and turn its answer ``(due, next_seconds)``
-    into (due, the instant to ask again, at least ``MIN_CUSTOM_WAIT`` after ``now``).
+    into (due, the instant to ask again: after a due answer, at least ``MIN_CUSTOM_WAIT``
+    after ``now``).
     Anything the object raises goes up to the caller, which sets the row aside (R21); an
     answer that is not Celery's shape is refused naming the schedule."""
     if spec.schedule is None:
@@ -58,4 +61,8 @@ def custom_next(spec: Custom, last_run_at: datetime, now: datetime) -> tuple[boo
         raise InvalidSchedule(
             "schedule", f"{spec.label}.is_due() must return (is_due, next_seconds), got {answer!r}"
         ) from exc
-    return bool(due), check_aware(now, "now").astimezone(UTC) + max(wait, MIN_CUSTOM_WAIT)
+    # "not due, ask again in 0.2 s" is taken as said (the object reads its own clock, a few
+    # ms apart from beat's ``now``, and the slot is when it says); "due, ask again in 0 s"
+    # waits MIN_CUSTOM_WAIT, or the same slot would come due again at once
+    floor = MIN_CUSTOM_WAIT if due else _MIN_ASK
+    return bool(due), check_aware(now, "now").astimezone(UTC) + max(wait, floor)
