@@ -1,11 +1,12 @@
 """A corpus of ``beat_schedule`` configurations written the way real projects write them, for
 the compatibility suite (R25, tests/unit/test_celery_compat.py) and the boot test
-(tests/integration/test_scheduler.py).
+(tests/integration/test_schedule_kinds.py).
 
 Each ``Project`` is one Celery app's zone settings and its ``beat_schedule``; ``projects()``
 builds fresh schedule objects on every call, since Celery binds them to an app and caches
-their zone. Message-side entries (options, arguments) may be appended to ``PROJECTS``'s
-builders; the schedule side only needs ``task`` and ``schedule``.
+their zone. Message-side entries (options, arguments) may be added to a project in
+``projects()``: the comparison reads each whole entry, through Celery's scheduler and
+durablebeat's code sync alike.
 """
 
 from __future__ import annotations
