@@ -45,8 +45,10 @@ _PUBLISH = (
     "again when the broker answers (R5)"
 )
 REFUSED_OPTIONS = {
-    "countdown": "a periodic fire goes out at its slot; use the schedule",
-    "eta": "a periodic fire goes out at its slot; use the schedule",
+    "eta": (
+        "one fixed instant, which every fire of a periodic schedule would share; use the "
+        "schedule, or countdown to delay each message"
+    ),
     "link": "a callback is not stored on a schedule; call the next task from the task's body",
     "link_error": "an errback is not stored on a schedule; handle the error in the task",
     "task_id": "every fire gets its own id, the key of its run in the ledger (R3, R11)",
@@ -69,7 +71,7 @@ REFUSED_OPTIONS = {
     "reply_to": _CANVAS,
 }
 #: options whose value is a number of seconds
-_SECONDS_OPTIONS = ("expires", "time_limit", "soft_time_limit")
+_SECONDS_OPTIONS = ("expires", "countdown", "time_limit", "soft_time_limit")
 
 
 class BadEntry(ImproperlyConfigured):
@@ -90,6 +92,7 @@ class CodeEntry:
     routing_key: str = ""
     priority: int | None = None
     expire_seconds: float | None = None
+    countdown: float | None = None
     headers: dict[str, Any] = field(default_factory=dict)
     serializer: str = ""
     compression: str = ""
