@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ from ..core import timing
 from ..enums import Overlap, Source
 from ..models import MESSAGE_FIELDS, MESSAGE_OPTIONS, POLICY_FIELDS, Schedule
 from ..validation import MAX_EVERY, TEXT_OPTIONS, describe_errors, validate_schedule_fields
+from . import live as live_values
 
 logger = logging.getLogger("durablebeat")
 
@@ -108,6 +109,8 @@ class CodeEntry:
     description: str = ""
     #: may take over an admin-made row of the same name (otherwise the boot refuses)
     take_over: bool = False
+    #: the real args/kwargs when the row cannot hold them (R25): the beat publishes these
+    live: live_values.LiveValues | None = field(default=None, compare=False)
 
     def apply_to(self, row: Schedule) -> None:
         """Write everything code owns into ``row``; timing through ``set_spec``."""
@@ -186,7 +189,11 @@ class _Reader:
 
 
 def parse_entry(
-    name: str, entry: Mapping[str, Any], default_timezone: str, check_task: bool = True
+    name: str,
+    entry: Mapping[str, Any],
+    default_timezone: str,
+    check_task: bool = True,
+    serializer_of: Callable[[str], str] | None = None,
 ) -> CodeEntry:
     """One ``beat_schedule`` entry as a ``CodeEntry``; ``BadEntry`` names what is wrong."""
     where = f"beat_schedule[{name!r}]"
@@ -232,19 +239,29 @@ def parse_entry(
     overlap = read.text(policy.get("overlap", Overlap.SKIP), "overlap")
     if overlap not in Overlap.values:
         raise BadEntry(f"{where}: overlap must be one of {Overlap.values}, got {overlap!r}")
+    message = read.message(options)
+    stored_args, stored_kwargs, live = live_values.split(args or [], kwargs or {})
+    if live is not None and serializer_of is not None:
+        # R25: Celery's beat sends these through the message's serializer (the entry's, else
+        # the task's, else the app's); one that cannot carry a value fails at every send
+        # there, so it fails the boot here.
+        serializer = message["serializer"] or serializer_of(task)
+        if (error := live_values.serializer_error(live, serializer)) is not None:
+            raise BadEntry(f"{where}: {error}")
     code = CodeEntry(
         name=name,
         task=task,
         spec=spec,
-        args=list(args or []),
-        kwargs=dict(kwargs or {}),
-        **read.message(options),
+        args=stored_args,
+        kwargs=stored_kwargs,
+        **message,
         startup_grace=read.duration(policy.get("startup_grace"), "startup_grace"),
         catch_up=flags["catch_up"],
         catch_up_window=read.duration(policy.get("catch_up_window"), "catch_up_window"),
         overlap=overlap,
         description=read.text(policy.get("description"), "description"),
         take_over=flags["take_over"],
+        live=live,
     )
     row = Schedule(name=name)
     code.apply_to(row)
@@ -258,6 +275,18 @@ def parse_entry(
     if errors:
         raise BadEntry(f"{where}: {describe_errors(errors)}")
     return code
+
+
+def serializer_of(app: Any) -> Callable[[str], str]:
+    """The serializer Celery's ``send_task`` uses for a task: the registered task's own
+    (``serializer=`` on the task, else ``task_serializer`` as it was bound), else the app's."""
+
+    def of(task: str) -> str:
+        registered = app.tasks.get(task)
+        own = getattr(registered, "serializer", None)
+        return str(own or app.conf.task_serializer or "json")
+
+    return of
 
 
 def celery_timezone(app: Any) -> str:
@@ -275,10 +304,16 @@ def celery_timezone(app: Any) -> str:
 
 
 def parse_beat_schedule(
-    beat_schedule: Mapping[str, Any], default_timezone: str, check_task: bool = True
+    beat_schedule: Mapping[str, Any],
+    default_timezone: str,
+    check_task: bool = True,
+    serializer_of: Callable[[str], str] | None = None,
 ) -> list[CodeEntry]:
+    """``serializer_of(task)``: the serializer a message of ``task`` goes out with, to check
+    values JSON cannot hold against (None: not checked, as in a system check, which cannot
+    import the tasks)."""
     return [
-        parse_entry(name, entry, default_timezone, check_task)
+        parse_entry(name, entry, default_timezone, check_task, serializer_of)
         for name, entry in beat_schedule.items()
     ]
 

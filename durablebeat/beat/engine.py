@@ -9,6 +9,7 @@ publisher and moved time. While the database answers, the database decides every
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -31,6 +32,7 @@ from .claims import claim as claim_batch
 from .codesync import CodeEntry
 from .codesync import sync as sync_code
 from .due import Claim, Message, describe_row_error, due_from_row, is_row_error
+from .live import LiveValues, SendTimeValueError
 from .loop import Hook, Refused
 from .outage import OutageFire, OutageMemory
 
@@ -84,6 +86,11 @@ class Engine:
     _backlog_since: dt.datetime | None = None
     #: database errors that will recur, logged and recorded for ``check`` (R23)
     _db_errors: dberrors.Reporter = field(default_factory=dberrors.Reporter)
+    #: the real args/kwargs of the code schedules whose rows cannot hold them (R25)
+    _live: dict[str, LiveValues] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._live = {e.name: e.live for e in self.code_entries if e.live is not None}
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -430,7 +437,7 @@ class Engine:
 
     def _send(self, claim: Claim) -> Refused | None:
         try:
-            self.publish(claim)
+            self.publish(self._with_live_values(claim))
         except Exception as exc:  # the broker's errors are many; beat must not die of any
             outage = self._broker_down(exc)
             logger.error(
@@ -445,6 +452,22 @@ class Engine:
 
     def _broker_down(self, exc: BaseException) -> bool:
         return isinstance(exc, self.broker_errors)
+
+    def _with_live_values(self, claim: Claim) -> Claim:
+        """R25: every publish of a code schedule whose row shows its args/kwargs in their
+        stored form (beat, retries, in-doubt resends, outage fires) sends the code entry's
+        real values, its send-time ones computed now, as Celery's beat does at each send.
+        A value that raises fails this slot only (R21), never as a broker outage."""
+        live = self._live.get(claim.schedule)
+        if live is None:
+            return claim
+        try:
+            args, kwargs = live.evaluate()
+        except Exception as exc:
+            raise SendTimeValueError(f"a value computed at send time raised: {exc!r}") from exc
+        return dataclasses.replace(
+            claim, message=dataclasses.replace(claim.message, args=args, kwargs=kwargs)
+        )
 
     @staticmethod
     def _log_fire(claim: Claim) -> None:
