@@ -268,3 +268,28 @@ def test_an_entry_of_that_name_replaces_it(boot):
     boot(own, result_expires=dt.timedelta(days=1))
     row = Schedule.objects.get(name=defaults.BACKEND_CLEANUP)
     assert (row.minute, row.hour, row.expire_seconds) == ("30", "2", None)
+
+
+# --- the admin --------------------------------------------------------------------------
+
+
+def test_the_admin_form_refuses_the_markers_in_a_schedule_made_there():
+    """They stand for values only code holds: typed in the admin they would reach the task
+    as its arguments."""
+    from durablebeat.forms import ScheduleForm
+    from tests.integration.admin_forms import schedule_form
+
+    data = schedule_form(name="typed", args=f'[{{"{PYTHON}": "x"}}]', kwargs="{}")
+    form = ScheduleForm(data=data)
+    assert not form.is_valid()
+    assert list(form.errors) == ["args"] and PYTHON in form.errors["args"][0]
+    data = schedule_form(name="typed", kwargs=f'{{"at": {{"{COMPUTED}": "f()"}}}}')
+    assert list(ScheduleForm(data=data).errors) == ["kwargs"]
+
+
+def test_a_code_rows_admin_page_says_which_values_are_computed_at_send_time(admin_client, boot):
+    boot(every_20(args=[BeatLazyFunc(next_number)]))
+    row = Schedule.objects.get(name="job")
+    page = admin_client.get(f"/admin/durablebeat/schedule/{row.pk}/change/").content.decode()
+    assert "marks a value computed at send time by the beat" in page
+    assert COMPUTED in page
