@@ -149,6 +149,33 @@ def test_a_beat_lazy_func_that_raises_fails_its_slot_only(boot, t0):
     assert not beat.scheduler.engine.retries  # not kept for a broker retry
 
 
+def test_fires_from_memory_in_a_database_outage_compute_them_too(
+    make_engine, publisher, t0, monkeypatch
+):
+    """R5 + R25: the outage memory fires a code schedule from its entry; its send-time
+    values are computed at each of those publishes as well, never sent as markers."""
+    from django.db import OperationalError
+
+    from durablebeat.beat import boots, due
+
+    engine = make_engine(every_20(args=[BeatLazyFunc(next_number), dt.timedelta(seconds=3)]))
+    engine.tick(t0)  # boot: first fire at t0 + the startup grace
+    engine.tick(t0 + 10 * S)  # a heartbeat: the memory is refreshed from the database
+
+    def down(*args: Any, **kwargs: Any) -> None:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(due, "fetch_due", down)
+    monkeypatch.setattr(boots, "register_boot", down)
+    for k in range(11, 100):
+        engine.tick(t0 + k * S)
+    assert not engine.db_ok
+    sent = [c.message.args for c in publisher.claims if c.schedule == "job"]
+    assert len(sent) == 2  # t0 + 60 s and t0 + 80 s
+    assert [args[1] for args in sent] == [dt.timedelta(seconds=3)] * 2
+    assert sent[0][0] < sent[1][0]
+
+
 # --- values JSON cannot hold ------------------------------------------------------------
 
 
