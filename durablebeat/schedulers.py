@@ -16,11 +16,12 @@ from celery.beat import Scheduler
 
 from . import conf
 from .beat import defaults, notify, publishing
-from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule, serializer_of
+from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
 from .beat.dberrors import DatabaseUnusable
 from .beat.due import Claim
 from .beat.engine import MIN_SLEEP, PUBLISH_GROUP, Engine
 from .beat.hooks import default_hooks
+from .beat.live import serializer_of
 from .core import clock
 
 logger = logging.getLogger("durablebeat")

@@ -277,18 +277,6 @@ def parse_entry(
     return code
 
 
-def serializer_of(app: Any) -> Callable[[str], str]:
-    """The serializer Celery's ``send_task`` uses for a task: the registered task's own
-    (``serializer=`` on the task, else ``task_serializer`` as it was bound), else the app's."""
-
-    def of(task: str) -> str:
-        registered = app.tasks.get(task)
-        own = getattr(registered, "serializer", None)
-        return str(own or app.conf.task_serializer or "json")
-
-    return of
-
-
 def celery_timezone(app: Any) -> str:
     """The zone Celery's own beat reads a plain ``crontab`` in: ``timezone`` when set, else
     UTC (``enable_utc``, the default) or local time, which in a Django process is

@@ -9,7 +9,6 @@ publisher and moved time. While the database answers, the database decides every
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import logging
 import os
@@ -32,7 +31,7 @@ from .claims import claim as claim_batch
 from .codesync import CodeEntry
 from .codesync import sync as sync_code
 from .due import Claim, Message, describe_row_error, due_from_row, is_row_error
-from .live import LiveValues, SendTimeValueError
+from .live import LiveValues
 from .loop import Hook, Refused
 from .outage import OutageFire, OutageMemory
 
@@ -454,20 +453,11 @@ class Engine:
         return isinstance(exc, self.broker_errors)
 
     def _with_live_values(self, claim: Claim) -> Claim:
-        """R25: every publish of a code schedule whose row shows its args/kwargs in their
-        stored form (beat, retries, in-doubt resends, outage fires) sends the code entry's
-        real values, its send-time ones computed now, as Celery's beat does at each send.
-        A value that raises fails this slot only (R21), never as a broker outage."""
+        """R25: every publish of a code schedule whose row holds the stored form of its
+        args/kwargs (a fire, a retry, an in-doubt resend, a fire from memory) sends its
+        entry's real values, the send-time ones computed now, as Celery's beat does."""
         live = self._live.get(claim.schedule)
-        if live is None:
-            return claim
-        try:
-            args, kwargs = live.evaluate()
-        except Exception as exc:
-            raise SendTimeValueError(f"a value computed at send time raised: {exc!r}") from exc
-        return dataclasses.replace(
-            claim, message=dataclasses.replace(claim.message, args=args, kwargs=kwargs)
-        )
+        return claim if live is None else claim.with_arguments(*live.evaluate())
 
     @staticmethod
     def _log_fire(claim: Claim) -> None:

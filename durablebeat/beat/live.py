@@ -13,7 +13,7 @@ markers is published only with its code entry's values, never with the markers.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,9 +39,13 @@ class LiveValues:
 
     def evaluate(self) -> tuple[list[Any], dict[str, Any]]:
         """The values of one send, as Celery's beat makes them (``_evaluate_entry_args``):
-        a top-level ``BeatLazyFunc`` is called, anything else is sent as it is."""
-        args = [v() if isinstance(v, BeatLazyFunc) else v for v in self.args]
-        kwargs = {k: v() if isinstance(v, BeatLazyFunc) else v for k, v in self.kwargs.items()}
+        a top-level ``BeatLazyFunc`` is called, anything else is sent as it is. One that
+        raises raises ``SendTimeValueError``: its slot fails (R21), whatever it raised."""
+        try:
+            args = [v() if isinstance(v, BeatLazyFunc) else v for v in self.args]
+            kwargs = {k: v() if isinstance(v, BeatLazyFunc) else v for k, v in self.kwargs.items()}
+        except Exception as exc:
+            raise SendTimeValueError(f"a value computed at send time raised: {exc!r}") from exc
         return args, kwargs
 
     def sample(self) -> tuple[list[Any], dict[str, Any]]:
@@ -134,6 +138,18 @@ def _storable_text(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def serializer_of(app: Any) -> Callable[[str], str]:
+    """The serializer Celery's ``send_task`` uses for a task: the registered task's own
+    (``serializer=`` on the task, else ``task_serializer`` as it was bound), else the app's."""
+
+    def of(task: str) -> str:
+        registered = app.tasks.get(task)
+        own = getattr(registered, "serializer", None)
+        return str(own or app.conf.task_serializer or "json")
+
+    return of
 
 
 def serializer_error(live: LiveValues, serializer: str) -> str | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -73,10 +72,7 @@ def run_now(schedule: Schedule, app: Any | None = None) -> Claim:
     values = _code_values(app, schedule)  # computed before the run is written
     claim = claim_manual(schedule, None, now)
     if values is not None:
-        args, kwargs = values
-        claim = dataclasses.replace(
-            claim, message=dataclasses.replace(claim.message, args=args, kwargs=kwargs)
-        )
+        claim = claim.with_arguments(*values)
     send(app, claim)
     if claim.run_id is not None:
         mark_published([claim.run_id], clock.now())
