@@ -64,7 +64,10 @@ def split(
     stored_args = [_top(v) for v in args]
     stored_kwargs = {k: _top(v) for k, v in kwargs.items()}
     live = None
-    if any(holds_code_values(v) for v in (stored_args, stored_kwargs)):
+    # A tuple inside an argument is shown as a list (JSON has no other) but kept in memory:
+    # pickle delivers it as a tuple under Celery's beat, so it does here too.
+    kept = any(holds_code_values(v) for v in (stored_args, stored_kwargs))
+    if kept or _holds_tuple([*args, *kwargs.values()]):
         live = LiveValues(tuple(args), dict(kwargs))
     return stored_args, stored_kwargs, live
 
@@ -80,6 +83,19 @@ def holds_code_values(value: Any) -> bool:
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
+    return False
+
+
+def _holds_tuple(values: list[Any]) -> bool:
+    stack = list(values)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            return True
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
     return False
 
 

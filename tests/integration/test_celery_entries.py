@@ -183,19 +183,23 @@ def test_pickle_args_arrive_as_the_real_objects_and_the_row_shows_their_repr(boo
     beat = boot(
         every_20(
             args=[dt.timedelta(minutes=5), {1, 2}],
-            kwargs={"amount": decimal.Decimal("1.10"), "plain": [1, "two"]},
+            kwargs={"amount": decimal.Decimal("1.10"), "plain": [1, "two"], "pair": ("a", 1)},
         ),
         task_serializer="pickle",
     )
     row = Schedule.objects.get(name="job")
     assert row.source == Source.CODE
     assert row.args == [{PYTHON: "datetime.timedelta(seconds=300)"}, {PYTHON: "{1, 2}"}]
-    assert row.kwargs == {"amount": {PYTHON: "Decimal('1.10')"}, "plain": [1, "two"]}
+    assert row.kwargs == {
+        "amount": {PYTHON: "Decimal('1.10')"},
+        "plain": [1, "two"],
+        "pair": ["a", 1],  # JSON's form of a tuple
+    }
     beat.tick_at(t0 + FIRST)
     [((args, kwargs, _), sent)] = beat.sent()
     assert sent["serializer"] == "pickle"
     assert args == [dt.timedelta(minutes=5), {1, 2}]
-    assert kwargs == {"amount": decimal.Decimal("1.10"), "plain": [1, "two"]}
+    assert kwargs == {"amount": decimal.Decimal("1.10"), "plain": [1, "two"], "pair": ("a", 1)}
 
 
 def test_the_entrys_own_serializer_carries_them_too(boot, t0):

@@ -147,3 +147,11 @@ def test_countdown_is_stored_as_seconds(given, stored):
 def test_countdown_out_of_range_or_type_is_refused_naming_it(given):
     with pytest.raises(BadEntry, match="countdown"):
         parse(options={"countdown": given})
+
+
+def test_a_tuple_inside_an_argument_is_a_list_on_the_row_and_a_tuple_in_memory():
+    """Pickle delivers it as a tuple under Celery's beat; the row can only show a list."""
+    args, kwargs, values = live.split([(1, 2)], {"pair": {"p": ("a", "b")}})
+    assert (args, kwargs) == ([[1, 2]], {"pair": {"p": ["a", "b"]}})
+    assert values is not None and values.evaluate() == ([(1, 2)], {"pair": {"p": ("a", "b")}})
+    assert live.split((1, 2), {})[2] is None  # the args themselves: a list or tuple alike
