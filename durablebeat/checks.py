@@ -8,6 +8,7 @@ from django.conf import settings as django_settings
 from django.core import checks
 
 from . import conf
+from .beat import defaults
 from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
 from .beat.dberrors import unsupported_backend
 
@@ -127,9 +128,14 @@ def check_scheduler_configured(**kwargs: Any) -> list[checks.CheckMessage]:
 def check_code_schedules(**kwargs: Any) -> list[checks.CheckMessage]:
     app = _celery_app()
     try:
-        # Task names are checked when beat boots: importing task modules from inside a
-        # system check would run the checks again (celery's Django fix-up).
-        parse_beat_schedule(app.conf.beat_schedule or {}, celery_timezone(app), check_task=False)
+        # Task names, and the serializer a task's arguments go out with (R25), are checked
+        # when beat boots: importing task modules from inside a system check would run the
+        # checks again (celery's Django fix-up).
+        parse_beat_schedule(
+            defaults.beat_schedule(app),
+            celery_timezone(app),
+            check_task=False,
+        )
     except BadEntry as exc:
         return [checks.Error(str(exc), id="durablebeat.E003")]
     return []

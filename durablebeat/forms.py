@@ -17,6 +17,7 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.forms.fields import InvalidJSONInput
 from django.utils.dateparse import parse_duration as django_parse_duration
 
+from .beat import live
 from .core import timing
 from .enums import Reason
 from .models import MESSAGE_FIELDS, POLICY_FIELDS, TIMING_FIELDS, Schedule
@@ -192,6 +193,12 @@ class ScheduleForm(_ModelForm):
             "ignore_result": DefaultBooleanSelect(),
         }
 
+    def clean_args(self) -> Any:
+        return _without_code_markers(self.cleaned_data.get("args"))
+
+    def clean_kwargs(self) -> Any:
+        return _without_code_markers(self.cleaned_data.get("kwargs"))
+
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         for name, field in self.fields.items():
@@ -217,6 +224,18 @@ class ScheduleForm(_ModelForm):
                     )
             errors = ValidationError(remapped)
         super()._update_errors(errors)  # type: ignore[misc]  # private, stable since 1.x
+
+
+def _without_code_markers(value: Any) -> Any:
+    """R25: the markers of values only code holds are the code sync's to write; typed in a
+    schedule made here they would be sent as the task's arguments, so they are refused."""
+    if live.holds_code_values(value):
+        raise ValidationError(
+            f"{live.COMPUTED} and {live.PYTHON} objects stand for values only a beat_schedule "
+            "entry holds (computed at send time, or not JSON); give the value itself",
+            code="code_value",
+        )
+    return value
 
 
 def apply_edit_rules(row: Schedule, changed: set[str], is_new: bool, now: dt.datetime) -> list[str]:

@@ -26,6 +26,7 @@ MESSAGE_FIELDS = (
     "routing_key",
     "priority",
     "expire_seconds",
+    "countdown",
     "headers",
     "serializer",
     "compression",
@@ -45,6 +46,7 @@ MESSAGE_OPTIONS = {
     "routing_key": "routing_key",
     "priority": "priority",
     "expires": "expire_seconds",
+    "countdown": "countdown",
     "serializer": "serializer",
     "compression": "compression",
     "delivery_mode": "delivery_mode",
@@ -91,6 +93,13 @@ class Schedule(models.Model):
     priority = models.PositiveSmallIntegerField(null=True, blank=True)
     expire_seconds = models.FloatField(
         null=True, blank=True, help_text="Message expires this many seconds after it is sent."
+    )
+    countdown = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Each message is delayed by this many seconds after it is sent (Celery's "
+        "countdown: the task runs at send time plus this); the run's slot stays the scheduled "
+        "instant.",
     )
     headers = models.JSONField(default=dict, blank=True, help_text="Extra message headers.")
     exchange = models.CharField(max_length=200, blank=True, help_text="Empty: the queue's.")

@@ -15,12 +15,13 @@ from typing import Any
 from celery.beat import Scheduler
 
 from . import conf
-from .beat import notify, publishing
+from .beat import defaults, notify, publishing
 from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
 from .beat.dberrors import DatabaseUnusable
 from .beat.due import Claim
 from .beat.engine import MIN_SLEEP, PUBLISH_GROUP, Engine
 from .beat.hooks import default_hooks
+from .beat.live import serializer_of
 from .core import clock
 
 logger = logging.getLogger("durablebeat")
@@ -49,7 +50,11 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         import django
 
         django.setup()
-        entries = parse_beat_schedule(self.app.conf.beat_schedule or {}, celery_timezone(self.app))
+        entries = parse_beat_schedule(
+            defaults.beat_schedule(self.app),
+            celery_timezone(self.app),
+            serializer_of=serializer_of(self.app),
+        )
         self._engine = Engine(
             code_entries=entries,
             publish=self._send,

@@ -360,6 +360,14 @@ def expire_error(value: Any) -> str | None:
     return seconds_error(value, MAX_EXPIRE_SECONDS)
 
 
+def countdown_error(value: Any) -> str | None:
+    """A delay from 0 (none, as Celery reads it) to a year (Celery adds it to the send time
+    for the message's ETA)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
+        return None
+    return seconds_error(value, MAX_EXPIRE_SECONDS)
+
+
 def soft_limit_error(soft: Any, hard: Any) -> str | None:
     """The soft limit warns the body before the hard one kills it: never after it."""
     if (msg := seconds_error(soft, MAX_TIME_LIMIT)) is not None:
@@ -435,6 +443,7 @@ def _range_errors(schedule: Schedule) -> dict[str, str]:
             schedule.catch_up_window, dt.timedelta(0), MAX_CATCH_UP_WINDOW, low_open=True
         ),
         "expire_seconds": expire_error(schedule.expire_seconds),
+        "countdown": countdown_error(schedule.countdown),
         "priority": priority_error(schedule.priority),
         "time_limit": seconds_error(schedule.time_limit, MAX_TIME_LIMIT),
         "soft_time_limit": soft_limit_error(schedule.soft_time_limit, schedule.time_limit),

@@ -7,11 +7,13 @@ by e2e tests get ``DATABASE_URL`` pointing at the test database pytest-django cr
 their beat schedule as JSON in ``E2E_BEAT_SCHEDULE``.
 """
 
+import importlib
 import json
 import os
 from datetime import timedelta
 from typing import Any
 
+from celery.beat import BeatLazyFunc
 from celery.schedules import crontab
 
 from project.settings import *  # noqa: F403
@@ -51,6 +53,13 @@ CELERY_BROKER_URL = os.environ.get(
 )
 CELERY_BROKER_TRANSPORT_OPTIONS = {}
 CELERY_RESULT_BACKEND = "django-db"
+# Celery's beat (and durablebeat, R25) adds celery.backend_cleanup with django-db when
+# results expire; the suite's boots count their schedules exactly, so results never expire
+# here unless a test asks (E2E_RESULT_EXPIRES; tests/integration/test_celery_entries.py
+# checks the default on its own app).
+CELERY_RESULT_EXPIRES = (
+    float(os.environ["E2E_RESULT_EXPIRES"]) if "E2E_RESULT_EXPIRES" in os.environ else None
+)
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False
 # project/ tracks STARTED in the result backend; e2e tests of a database cut turn it off to
@@ -100,13 +109,28 @@ def _beat_schedule_from_env(raw: str) -> dict[str, Any]:
         schedule[name] = {
             "task": e["task"],
             "schedule": timing,
-            "args": e.get("args", []),
-            "kwargs": e.get("kwargs", {}),
+            "args": [_python_value(v) for v in e.get("args", [])],
+            "kwargs": {k: _python_value(v) for k, v in e.get("kwargs", {}).items()},
             "options": {**e.get("options", {}), "durablebeat": e.get("durablebeat", {})},
             **({"relative": e["relative"]} if "relative" in e else {}),
         }
     return schedule
 
+
+def _python_value(value: Any) -> Any:
+    """What JSON cannot say (R25): ``{"$timedelta": seconds}`` and ``{"$lazy": "dotted.path"}``
+    (a ``BeatLazyFunc`` of that function); anything else as given."""
+    if isinstance(value, dict) and "$timedelta" in value:
+        return timedelta(seconds=value["$timedelta"])
+    if isinstance(value, dict) and "$lazy" in value:
+        module, _, name = value["$lazy"].rpartition(".")
+        return BeatLazyFunc(getattr(importlib.import_module(module), name))
+    return value
+
+
+# Only the e2e test of pickled arguments lets the worker take pickle (E2E_ACCEPT_PICKLE=1).
+if os.environ.get("E2E_ACCEPT_PICKLE") == "1":
+    CELERY_ACCEPT_CONTENT = ["json", "pickle"]
 
 CELERY_BEAT_SCHEDULE = _beat_schedule_from_env(os.environ.get("E2E_BEAT_SCHEDULE", "{}"))
 

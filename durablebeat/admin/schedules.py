@@ -18,7 +18,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
 
-from ..beat import publishing
+from ..beat import live, publishing
 from ..core import clock, timing
 from ..enums import Reason, Source
 from ..forms import CODE_OWNED_FIELDS, ScheduleForm, ShownToTheSecondField, apply_edit_rules
@@ -261,6 +261,13 @@ class ScheduleAdmin(GuardedAdmin):
                 "Defined in code (beat_schedule): its task, timing and options are edited "
                 "there; here you can enable, disable, run now or move its next fire."
             )
+            if live.holds_code_values(obj.args) or live.holds_code_values(obj.kwargs):
+                note += (
+                    f" Its args/kwargs hold values only its code has (R25): "
+                    f"{live.COMPUTED} marks a value computed at send time by the beat, "
+                    f"{live.PYTHON} a value JSON cannot hold, shown as its repr; every fire "
+                    "sends the real values."
+                )
             return [(None, {"fields": (), "description": note}), *self.fieldsets]
         return self.fieldsets
 

@@ -105,7 +105,11 @@ def _in_flight(schedule_ids: Iterable[int], now: dt.datetime) -> dict[int, Run]:
     s = conf.settings
     runs = list(
         Run.objects.filter(schedule_id__in=list(schedule_ids), state__in=IN_FLIGHT_STATES)
-        .annotate(expire_seconds=F("schedule__expire_seconds"), schedule_name=F("schedule__name"))
+        .annotate(
+            expire_seconds=F("schedule__expire_seconds"),
+            countdown=F("schedule__countdown"),
+            schedule_name=F("schedule__name"),
+        )
         .order_by("slot")
     )
     seen = worker_seen_at(r for r in runs if r.state == RunState.STARTED)
@@ -116,7 +120,7 @@ def _in_flight(schedule_ids: Iterable[int], now: dt.datetime) -> dict[int, Run]:
             if dead_reason(run, seen, now) is None:
                 live[run.schedule_id] = run
             continue  # a dead worker's run is the orphan reclaim's to mark lost (R15)
-        bound = no_news_bound(run.expire_seconds, s.NO_NEWS_AFTER)
+        bound = no_news_bound(run.expire_seconds, s.NO_NEWS_AFTER, run.countdown)
         if not news_overdue(run.published_at or run.claimed_at, bound, now):
             live[run.schedule_id] = run
         elif run.state == RunState.PUBLISHED:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ from ..core import timing
 from ..enums import Overlap, Source
 from ..models import MESSAGE_FIELDS, MESSAGE_OPTIONS, POLICY_FIELDS, Schedule
 from ..validation import MAX_EVERY, TEXT_OPTIONS, describe_errors, validate_schedule_fields
+from . import live as live_values
 
 logger = logging.getLogger("durablebeat")
 
@@ -45,8 +46,10 @@ _PUBLISH = (
     "again when the broker answers (R5)"
 )
 REFUSED_OPTIONS = {
-    "countdown": "a periodic fire goes out at its slot; use the schedule",
-    "eta": "a periodic fire goes out at its slot; use the schedule",
+    "eta": (
+        "one fixed instant, which every fire of a periodic schedule would share; use the "
+        "schedule, or countdown to delay each message"
+    ),
     "link": "a callback is not stored on a schedule; call the next task from the task's body",
     "link_error": "an errback is not stored on a schedule; handle the error in the task",
     "task_id": "every fire gets its own id, the key of its run in the ledger (R3, R11)",
@@ -69,7 +72,7 @@ REFUSED_OPTIONS = {
     "reply_to": _CANVAS,
 }
 #: options whose value is a number of seconds
-_SECONDS_OPTIONS = ("expires", "time_limit", "soft_time_limit")
+_SECONDS_OPTIONS = ("expires", "countdown", "time_limit", "soft_time_limit")
 
 
 class BadEntry(ImproperlyConfigured):
@@ -90,6 +93,7 @@ class CodeEntry:
     routing_key: str = ""
     priority: int | None = None
     expire_seconds: float | None = None
+    countdown: float | None = None
     headers: dict[str, Any] = field(default_factory=dict)
     serializer: str = ""
     compression: str = ""
@@ -105,6 +109,8 @@ class CodeEntry:
     description: str = ""
     #: may take over an admin-made row of the same name (otherwise the boot refuses)
     take_over: bool = False
+    #: the real args/kwargs when the row cannot hold them (R25): the beat publishes these
+    live: live_values.LiveValues | None = field(default=None, compare=False)
 
     def apply_to(self, row: Schedule) -> None:
         """Write everything code owns into ``row``; timing through ``set_spec``."""
@@ -183,7 +189,11 @@ class _Reader:
 
 
 def parse_entry(
-    name: str, entry: Mapping[str, Any], default_timezone: str, check_task: bool = True
+    name: str,
+    entry: Mapping[str, Any],
+    default_timezone: str,
+    check_task: bool = True,
+    serializer_of: Callable[[str], str] | None = None,
 ) -> CodeEntry:
     """One ``beat_schedule`` entry as a ``CodeEntry``; ``BadEntry`` names what is wrong."""
     where = f"beat_schedule[{name!r}]"
@@ -229,19 +239,29 @@ def parse_entry(
     overlap = read.text(policy.get("overlap", Overlap.SKIP), "overlap")
     if overlap not in Overlap.values:
         raise BadEntry(f"{where}: overlap must be one of {Overlap.values}, got {overlap!r}")
+    message = read.message(options)
+    stored_args, stored_kwargs, live = live_values.split(args or [], kwargs or {})
+    if live is not None and serializer_of is not None:
+        # R25: Celery's beat sends these through the message's serializer (the entry's, else
+        # the task's, else the app's); one that cannot carry a value fails at every send
+        # there, so it fails the boot here.
+        serializer = message["serializer"] or serializer_of(task)
+        if (error := live_values.serializer_error(live, serializer)) is not None:
+            raise BadEntry(f"{where}: {error}")
     code = CodeEntry(
         name=name,
         task=task,
         spec=spec,
-        args=list(args or []),
-        kwargs=dict(kwargs or {}),
-        **read.message(options),
+        args=stored_args,
+        kwargs=stored_kwargs,
+        **message,
         startup_grace=read.duration(policy.get("startup_grace"), "startup_grace"),
         catch_up=flags["catch_up"],
         catch_up_window=read.duration(policy.get("catch_up_window"), "catch_up_window"),
         overlap=overlap,
         description=read.text(policy.get("description"), "description"),
         take_over=flags["take_over"],
+        live=live,
     )
     row = Schedule(name=name, source=Source.CODE)
     code.apply_to(row)
@@ -272,10 +292,16 @@ def celery_timezone(app: Any) -> str:
 
 
 def parse_beat_schedule(
-    beat_schedule: Mapping[str, Any], default_timezone: str, check_task: bool = True
+    beat_schedule: Mapping[str, Any],
+    default_timezone: str,
+    check_task: bool = True,
+    serializer_of: Callable[[str], str] | None = None,
 ) -> list[CodeEntry]:
+    """``serializer_of(task)``: the serializer a message of ``task`` goes out with, to check
+    values JSON cannot hold against (None: not checked, as in a system check, which cannot
+    import the tasks)."""
     return [
-        parse_entry(name, entry, default_timezone, check_task)
+        parse_entry(name, entry, default_timezone, check_task, serializer_of)
         for name, entry in beat_schedule.items()
     ]
 

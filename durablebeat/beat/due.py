@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -72,6 +72,10 @@ class Claim:
     reason: str
     boot_id: uuid.UUID
     message: Message
+
+    def with_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> Claim:
+        """This claim sending ``args``/``kwargs``: a code entry's values of one send (R25)."""
+        return replace(self, message=replace(self.message, args=args, kwargs=kwargs))
 
     def headers(self) -> dict[str, Any]:
         return {

@@ -31,6 +31,7 @@ from .claims import claim as claim_batch
 from .codesync import CodeEntry
 from .codesync import sync as sync_code
 from .due import Claim, Message, describe_row_error, due_from_row, is_row_error
+from .live import LiveValues
 from .loop import Hook, Refused
 from .outage import OutageFire, OutageMemory
 
@@ -86,11 +87,14 @@ class Engine:
     _db_errors: dberrors.Reporter = field(default_factory=dberrors.Reporter)
     #: the custom schedule objects of this beat's code, by schedule name (R25)
     _customs: dict[str, timing.Custom] = field(init=False, default_factory=dict)
+    #: the real args/kwargs of the code schedules whose rows cannot hold them (R25)
+    _live: dict[str, LiveValues] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._customs = {
             e.name: e.spec for e in self.code_entries if isinstance(e.spec, timing.Custom)
         }
+        self._live = {e.name: e.live for e in self.code_entries if e.live is not None}
 
     def _say_not_here(self, name: str) -> None:
         key = (0, f"custom:{name}")
@@ -453,7 +457,7 @@ class Engine:
 
     def _send(self, claim: Claim) -> Refused | None:
         try:
-            self.publish(claim)
+            self.publish(self._with_live_values(claim))
         except Exception as exc:  # the broker's errors are many; beat must not die of any
             outage = self._broker_down(exc)
             logger.error(
@@ -468,6 +472,13 @@ class Engine:
 
     def _broker_down(self, exc: BaseException) -> bool:
         return isinstance(exc, self.broker_errors)
+
+    def _with_live_values(self, claim: Claim) -> Claim:
+        """R25: every publish of a code schedule whose row holds the stored form of its
+        args/kwargs (a fire, a retry, an in-doubt resend, a fire from memory) sends its
+        entry's real values, the send-time ones computed now, as Celery's beat does."""
+        live = self._live.get(claim.schedule)
+        return claim if live is None else claim.with_arguments(*live.evaluate())
 
     @staticmethod
     def _log_fire(claim: Claim) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kombu.exceptions import OperationalError
 
 from ..core import clock
+from ..enums import Source
 from ..models import Schedule
+from . import live
 from .claims import claim_manual, mark_published
 from .due import Claim
 
@@ -31,7 +34,18 @@ def broker_errors(connection: Any) -> tuple[type[BaseException], ...]:
 
 
 def send(app: Any, claim: Claim, producer: Any = None) -> None:
-    """Publish ``claim``; raises whatever the broker raises."""
+    """Publish ``claim``; raises whatever the broker raises.
+
+    A message still holding the stored form of values only code has (R25) is refused: the
+    task would get the markers instead of the values (the engine, and ``run_now``, put the
+    code entry's values in before they get here)."""
+    message = claim.message
+    if live.holds_code_values(message.args) or live.holds_code_values(message.kwargs):
+        raise live.SendTimeValueError(
+            f"schedule {claim.schedule!r}: its args/kwargs hold values only its "
+            "beat_schedule entry has (computed at send time, or not JSON); they are sent "
+            "with that entry's values, which this process does not have"
+        )
     options = {k: v for k, v in claim.message.options.items() if k != "headers"}
     app.send_task(
         claim.message.task,
@@ -55,8 +69,24 @@ def run_now(schedule: Schedule, app: Any | None = None) -> Claim:
 
         app = current_app._get_current_object()
     now = clock.now()
+    values = _code_values(app, schedule)  # computed before the run is written
     claim = claim_manual(schedule, None, now)
+    if values is not None:
+        claim = claim.with_arguments(*values)
     send(app, claim)
     if claim.run_id is not None:
         mark_published([claim.run_id], clock.now())
     return claim
+
+
+def _code_values(app: Any, schedule: Schedule) -> tuple[list[Any], dict[str, Any]] | None:
+    """A code schedule whose row holds the stored form of its args/kwargs (R25): the values
+    of one send, from the app's ``beat_schedule`` entry of that name, as the beat sends
+    them. None for any other schedule (its row's values are the message's)."""
+    if schedule.source != Source.CODE:
+        return None
+    entry = (app.conf.beat_schedule or {}).get(schedule.name)
+    if not isinstance(entry, Mapping):
+        return None
+    values = live.split(entry.get("args") or (), entry.get("kwargs") or {})[2]
+    return None if values is None else values.evaluate()

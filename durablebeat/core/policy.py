@@ -225,13 +225,19 @@ def hard_limit(value: float | None) -> dt.timedelta | None:
         return dt.timedelta.max
 
 
-def no_news_bound(expire_seconds: float | None, no_news_after: dt.timedelta) -> dt.timedelta:
+def no_news_bound(
+    expire_seconds: float | None, no_news_after: dt.timedelta, countdown: float | None = None
+) -> dt.timedelta:
     """How long after its publish a run with no worker news still counts as on its way
-    (R22): ``no_news_after``, or the message's expiry when that is sooner (past it, no
-    worker will start the message)."""
-    if expire_seconds is not None and 0 < expire_seconds < no_news_after.total_seconds():
+    (R22): ``no_news_after`` after the message's ETA (its publish, or its publish plus the
+    schedule's ``countdown``, R25: no worker starts it before), or the message's expiry
+    when that is sooner (past it, no worker will start the message)."""
+    bound = no_news_after
+    if countdown is not None and countdown > 0:
+        bound += dt.timedelta(seconds=countdown)
+    if expire_seconds is not None and 0 < expire_seconds < bound.total_seconds():
         return dt.timedelta(seconds=expire_seconds)
-    return no_news_after
+    return bound
 
 
 def news_overdue(sent_at: dt.datetime, bound: dt.timedelta, now: dt.datetime) -> bool:

@@ -118,7 +118,10 @@ def find_no_news(now: dt.datetime) -> list[Finding]:
     runs = _per_schedule(
         Run.objects.filter(
             Q(state=RunState.NO_NEWS, claimed_at__gte=now - s.CHECK_LOOKBACK)
+            # A schedule's countdown delays its bound (R25): the no-news round marks those
+            # runs when it is past, and they are reported from then.
             | Q(state=RunState.PUBLISHED, published_at__lt=now - s.NO_NEWS_AFTER)
+            & ~Q(schedule__countdown__gt=0)
         ),
         Min(Coalesce("published_at", "claimed_at")),
     )

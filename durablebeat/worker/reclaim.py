@@ -262,7 +262,11 @@ def no_news_round(now: dt.datetime) -> int:
     # Past NO_NEWS_AFTER, or with an expiry (a shorter bound, checked per run), oldest first.
     candidates = (
         Run.objects.filter(state=RunState.PUBLISHED, published_at__isnull=False)
-        .annotate(expire_seconds=F("schedule__expire_seconds"), schedule_name=F("schedule__name"))
+        .annotate(
+            expire_seconds=F("schedule__expire_seconds"),
+            countdown=F("schedule__countdown"),
+            schedule_name=F("schedule__name"),
+        )
         .filter(Q(published_at__lt=now - s.NO_NEWS_AFTER) | Q(expire_seconds__isnull=False))
         .order_by("published_at")[:ROUND_LIMIT]
     )
@@ -270,7 +274,11 @@ def no_news_round(now: dt.datetime) -> int:
         run
         for run in candidates
         if run.published_at is not None
-        and news_overdue(run.published_at, no_news_bound(run.expire_seconds, s.NO_NEWS_AFTER), now)
+        and news_overdue(
+            run.published_at,
+            no_news_bound(run.expire_seconds, s.NO_NEWS_AFTER, run.countdown),
+            now,
+        )
     ]
     return mark_no_news_runs(overdue)
 
@@ -291,7 +299,9 @@ def mark_no_news_runs(runs: Sequence[Run]) -> int:
     s = conf.settings
     moved = 0
     for run in runs:
-        bound = no_news_bound(getattr(run, "expire_seconds", None), s.NO_NEWS_AFTER)
+        bound = no_news_bound(
+            getattr(run, "expire_seconds", None), s.NO_NEWS_AFTER, getattr(run, "countdown", None)
+        )
         moved += Run.objects.filter(pk=run.pk, state=RunState.PUBLISHED).update(
             state=RunState.NO_NEWS, detail=no_news_detail(run, bound)
         )

@@ -31,6 +31,7 @@ def schedule_form(**overrides: str | None) -> dict[str, str]:
         "routing_key": "",
         "priority": "",
         "expire_seconds": "",
+        "countdown": "",
         "headers": "{}",
         "startup_grace": "",
         "catch_up_window": "",

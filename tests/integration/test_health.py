@@ -192,6 +192,24 @@ def test_published_within_the_no_news_bound_is_silent(healthy, make_run, t0):
     assert codes(t0) == []
 
 
+def test_a_countdowns_run_has_no_news_only_past_its_eta_plus_the_bound(healthy, make_run, t0):
+    """R22 + R25: a message delayed by countdown is not started before its ETA; check, the
+    no-news round and the overlap evidence wait for it, then say so as for any run."""
+    from durablebeat.beat.claims import _in_flight
+    from durablebeat.worker import reclaim
+
+    Schedule.objects.filter(pk=healthy.pk).update(countdown=600)
+    run = make_run(healthy, t0 - 5 * MIN, state=RunState.PUBLISHED, published_at=t0 - 5 * MIN)
+    assert codes(t0) == []
+    assert reclaim.no_news_round(t0) == 0
+    assert _in_flight([healthy.pk], t0)[healthy.pk] == run  # still holds the schedule
+    later = t0 + 8 * MIN  # 13 min after the publish: past 10 min + 2 min
+    assert reclaim.no_news_round(later) == 1
+    run.refresh_from_db()
+    assert run.state == RunState.NO_NEWS
+    assert "no_news" in codes(later)
+
+
 def test_run_marked_no_news_is_reported_for_the_lookback_unless_news_came(healthy, make_run, t0):
     run = make_run(healthy, t0 - H, state=RunState.NO_NEWS, published_at=t0 - H)
     make_run(healthy, t0 - 30 * H, state=RunState.NO_NEWS, published_at=t0 - 30 * H)

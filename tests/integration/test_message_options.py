@@ -47,6 +47,7 @@ EVERY_OPTION = {
     "routing_key": "mail.digest",
     "priority": 7,
     "expires": 600,
+    "countdown": 90,
     "headers": {"tenant": "acme"},
     "serializer": "json",
     "compression": "gzip",
@@ -110,6 +111,7 @@ def test_every_option_celery_beat_passes_is_stored_and_carried_by_the_fire(t0):
     assert headers["ignore_result"] is True
     assert headers["shadow"] == "morning-digest"
     assert headers["expires"] == (dt.datetime.now(dt.UTC) + 600 * S).isoformat()
+    assert headers["eta"] == (dt.datetime.now(dt.UTC) + 90 * S).isoformat()  # R25
     assert headers["tenant"] == "acme" and headers["durablebeat_schedule"] == "digest"
     assert (publish_kwargs["exchange"], publish_kwargs["routing_key"]) == (
         "digests",
@@ -153,10 +155,10 @@ def test_an_option_meaningless_for_a_periodic_fire_is_refused_by_name_with_why(o
     assert f"{option} is refused: {REFUSED_OPTIONS[option]}" in message
 
 
-def test_countdown_says_to_use_the_schedule():
-    assert refusal(countdown=10, queue="mail") == (
-        "beat_schedule['digest']: countdown is refused: a periodic fire goes out at its "
-        "slot; use the schedule"
+def test_eta_says_to_use_the_schedule_or_countdown():
+    assert refusal(eta=10, queue="mail") == (
+        "beat_schedule['digest']: eta is refused: one fixed instant, which every fire of a "
+        "periodic schedule would share; use the schedule, or countdown to delay each message"
     )
 
 
@@ -251,6 +253,7 @@ def test_the_admin_form_edits_the_options_and_names_a_bad_one():
     assert not form.is_valid()
     assert "must be at most time_limit (30 s)" in form.errors["soft_time_limit"][0]
     assert list(form.errors) == ["soft_time_limit"]
+    assert list(_form(countdown="-1").errors) == ["countdown"]
 
     form = _form(
         time_limit="30",
@@ -260,9 +263,11 @@ def test_the_admin_form_edits_the_options_and_names_a_bad_one():
         compression="gzip",
         delivery_mode="1",
         ignore_result="true",
+        countdown="45",
     )
     assert form.is_valid(), form.errors
     row = form.save()
+    assert row.countdown == 45.0  # R25
     assert (row.time_limit, row.soft_time_limit, row.exchange) == (30.0, 25.0, "digests")
     assert (row.serializer, row.compression, row.delivery_mode) == ("msgpack", "gzip", 1)
     assert row.ignore_result is True

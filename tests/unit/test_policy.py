@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from durablebeat.core import timing
-from durablebeat.core.policy import Defer, Due, Fire, Miss, decide
+from durablebeat.core.policy import Defer, Due, Fire, Miss, decide, no_news_bound
 from durablebeat.enums import Reason
 
 T0 = dt.datetime(2026, 3, 2, 8, 0, tzinfo=dt.UTC)
@@ -97,3 +97,22 @@ def test_clocked_in_the_past_is_done_after_a_miss():
 def test_slot_within_late_after_fires_as_scheduled(late):
     action = decide(due(AT_8, T0), T0 + late, LATE, False)
     assert action == Fire(T0, Reason.SCHEDULED, T0 + dt.timedelta(days=1))
+
+
+# --- the no-news bound (R22) with a countdown (R25) --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expires", "countdown", "bound"),
+    [
+        (None, None, 120),
+        (None, 0, 120),
+        (None, 600, 720),  # no worker starts it before its ETA
+        (60, None, 60),  # expired before the bound: no worker starts it after
+        (300, 600, 300),  # expires before its ETA even comes
+        (900, 600, 720),
+    ],
+)
+def test_the_no_news_bound_counts_from_the_messages_eta(expires, countdown, bound):
+    after = dt.timedelta(seconds=120)
+    assert no_news_bound(expires, after, countdown) == dt.timedelta(seconds=bound)
