@@ -36,8 +36,10 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         self._engine: Engine | None = None
         self._listener = notify.Wakeups(app)
         self._closed = False
-        #: inside the engine's tick: a SIGTERM handler must not write on the connection a
-        #: query of the tick is using (it waits for itself for ever)
+        #: inside the engine's tick or the listener's wait: a SIGTERM handler must not write
+        #: on the connection a query of the tick is using (it waits for itself for ever),
+        #: nor close the connection the wait reads from (the driver's own clean-up then
+        #: fails, and its error replaces the handler's SystemExit: beat never stopped)
         self._ticking = False
         kwargs.pop("schedule_filename", None)
         super().__init__(app, *args, lazy=True, **kwargs)
@@ -70,6 +72,12 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
     def tick(self, *args: Any, **kwargs: Any) -> float:
         self._ticking = True
         try:
+            return self._tick()
+        finally:
+            self._ticking = False
+
+    def _tick(self) -> float:
+        try:
             # Asked before the tick, so that the tick may sleep longer when a change wakes it;
             # never while the database is down (a listener's connect would hold the tick).
             engine = self._engine
@@ -85,8 +93,6 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             # Beat must never exit because of one bad tick (R5): log and look again soon.
             logger.exception("beat tick failed", extra={"event": "tick_failed"})
             return max(MIN_SLEEP, float(self.max_interval))  # never a busy loop (R21)
-        finally:
-            self._ticking = False
         if interval > 0 and woken_on_change and self.engine.db_ok:
             self._listener.wait(interval)  # woken early by a schedule change (R6)
             return 0.0

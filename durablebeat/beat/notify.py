@@ -152,6 +152,8 @@ class BrokerListener:
         except TimeoutError:
             return False
         except Exception as exc:  # the broker's errors are many; sleeping is always safe
+            if self._conn is None:
+                return False  # closed under the read: beat is stopping
             logger.warning(
                 "broker wake-up listener lost, polling every max_interval: %s",
                 exc,
@@ -167,10 +169,12 @@ class BrokerListener:
         self._woken = True
 
     def close(self) -> None:
-        for thing in (self._consumer, self._conn):
-            if thing is not None:
-                with contextlib.suppress(Exception):  # closing a broken connection may fail
-                    (thing.cancel if thing is self._consumer else thing.release)()
+        """Drop the connection without a word to the broker: beat's SIGTERM handler calls
+        this while ``wait`` may be reading from it, and a cancel or a close would read
+        too (the broker drops the queue with its connection: it is auto-delete)."""
+        if self._conn is not None:
+            with contextlib.suppress(Exception):  # a broken connection may fail to let go
+                self._conn.collect()
         self._conn = self._consumer = None
         self._next_try = time.monotonic() + RETRY_EVERY
 
@@ -209,7 +213,7 @@ class BrokerListener:
                 extra={"event": "listen_unavailable"},
             )
             with contextlib.suppress(Exception):
-                conn.release()
+                conn.collect()
             self._next_try = time.monotonic() + RETRY_EVERY
             return None
         self._conn, self._consumer = conn, consumer
