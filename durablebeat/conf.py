@@ -215,6 +215,12 @@ class Settings:
         """On PostgreSQL, wake beat at once when a schedule changes (LISTEN/NOTIFY)."""
         return self._bool("LISTEN_NOTIFY", True)
 
+    @property
+    def BROKER_WAKE(self) -> bool:
+        """Elsewhere (MariaDB/MySQL, SQLite), wake beat at once when a schedule changes with
+        a message on the Celery broker (``durablebeat.wakeup``)."""
+        return self._bool("BROKER_WAKE", True)
+
     # --- operations ---
 
     @property

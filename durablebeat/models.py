@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
+from . import wakeup
 from .core import solar, timing
 from .enums import Kind, Overlap, Reason, RunState, Source
 from .validation import validate_schedule_fields
@@ -79,6 +80,23 @@ POLICY_FIELDS = ("startup_grace", "catch_up", "catch_up_window", "overlap")
 
 #: timing's field names that differ from the model's
 _SPEC_FIELD_TO_MODEL = {"at": "clocked_at", "schedule": "kind"}
+
+
+class ScheduleQuerySet(models.QuerySet["Schedule"]):
+    """Bulk writes wake beat as a save does (R6): the admin's enable, disable and reset
+    actions are updates, not saves."""
+
+    def update(self, **kwargs: Any) -> int:
+        n = super().update(**kwargs)
+        if n:
+            wakeup.schedules_changed()
+        return n
+
+    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[Schedule]:
+        created = super().bulk_create(objs, *args, **kwargs)
+        if created:
+            wakeup.schedules_changed()
+        return created
 
 
 class Schedule(models.Model):
@@ -221,6 +239,8 @@ class Schedule(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects = ScheduleQuerySet.as_manager()
+
     class Meta:
         ordering = ["name"]
         indexes = [
@@ -241,6 +261,7 @@ class Schedule(models.Model):
         # Any save through the model is an edit: beat validates the row afresh (R20).
         self.error = ""
         super().save(*args, **kwargs)
+        wakeup.schedules_changed()
 
     def to_spec(self) -> timing.Spec:
         """The timing value of this row; raises ``timing.InvalidSchedule`` naming the field."""

@@ -1,9 +1,10 @@
 """``celery -A proj beat -S durablebeat.schedulers:DurableScheduler``.
 
 A thin adapter: Celery's beat service calls ``tick()`` in a loop and sleeps for what it
-returns; all decisions are in ``engine.Engine``. On PostgreSQL the adapter does the sleeping
-itself, on a LISTEN connection (``notify.Listener``), so that a schedule changed in the
-admin wakes it at once; elsewhere, or when LISTEN fails, Celery sleeps as usual.
+returns; all decisions are in ``engine.Engine``. The adapter does the sleeping itself, on a
+LISTEN connection on PostgreSQL or a queue of its own on the broker elsewhere
+(``notify.Wakeups``), so that a schedule changed in the admin wakes it at once; when
+neither answers, Celery sleeps as usual.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from celery.beat import Scheduler
 
-from . import conf
+from . import conf, wakeup
 from .beat import defaults, notify, publishing
 from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
 from .beat.dberrors import DatabaseUnusable
@@ -34,10 +35,12 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         # Celery builds a lazy instance just to print its banner, so nothing here touches
         # the database or the broker: the first tick boots.
         self._engine: Engine | None = None
-        self._listener = notify.Listener()
+        self._listener = notify.Wakeups(app)
         self._closed = False
-        #: inside the engine's tick: a SIGTERM handler must not write on the connection a
-        #: query of the tick is using (it waits for itself for ever)
+        #: inside the engine's tick or the listener's wait: a SIGTERM handler must not write
+        #: on the connection a query of the tick is using (it waits for itself for ever),
+        #: nor close the connection the wait reads from (the driver's own clean-up then
+        #: fails, and its error replaces the handler's SystemExit: beat never stopped)
         self._ticking = False
         kwargs.pop("schedule_filename", None)
         super().__init__(app, *args, lazy=True, **kwargs)
@@ -50,6 +53,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         import django
 
         django.setup()
+        wakeup.mute()  # this beat's own writes wake no beat
         entries = parse_beat_schedule(
             defaults.beat_schedule(self.app),
             celery_timezone(self.app),
@@ -73,7 +77,17 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
     def tick(self, *args: Any, **kwargs: Any) -> float:
         self._ticking = True
         try:
-            interval = self.engine.tick(clock.now())
+            return self._tick()
+        finally:
+            self._ticking = False
+
+    def _tick(self) -> float:
+        try:
+            # Asked before the tick, so that the tick may sleep longer when a change wakes it;
+            # never while the database is down (a listener's connect would hold the tick).
+            engine = self._engine
+            woken_on_change = engine is not None and engine.db_ok and self._listener.available()
+            interval = self.engine.tick(clock.now(), woken_on_change)
         except BadEntry:
             raise  # a code entry refused where it meets the table (a takeover): fail loudly
         except DatabaseUnusable:
@@ -84,9 +98,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             # Beat must never exit because of one bad tick (R5): log and look again soon.
             logger.exception("beat tick failed", extra={"event": "tick_failed"})
             return max(MIN_SLEEP, float(self.max_interval))  # never a busy loop (R21)
-        finally:
-            self._ticking = False
-        if interval > 0 and self.engine.db_ok and self._listener.available():
+        if interval > 0 and woken_on_change and self.engine.db_ok:
             self._listener.wait(interval)  # woken early by a schedule change (R6)
             return 0.0
         return interval

@@ -109,8 +109,12 @@ class Engine:
 
     # --- the loop ---------------------------------------------------------------------
 
-    def tick(self, now: dt.datetime) -> float:
-        """Do what is due at ``now``; return seconds until beat should look again."""
+    def tick(self, now: dt.datetime, woken_on_change: bool = False) -> float:
+        """Do what is due at ``now``; return seconds until beat should look again.
+
+        ``woken_on_change``: the caller sleeps on a channel that a schedule change wakes
+        (LISTEN, the broker's wake-up), so with nothing due beat need not poll every
+        ``MAX_INTERVAL``: it sleeps until the next due slot or its next heartbeat."""
         clock.check_aware(now, "now")
         s = conf.settings
         if not self.db_ok:
@@ -119,7 +123,7 @@ class Engine:
                 self._connect(now)
         if self.db_ok:
             try:
-                return self._tick_db(now)
+                return self._tick_db(now, woken_on_change)
             except DatabaseError as exc:
                 self._lost_db(now, exc)
         return self._tick_memory(now)
@@ -188,8 +192,13 @@ class Engine:
             extra={"event": "db_lost", "boot": str(self.boot_id)},
         )
 
-    def _tick_db(self, now: dt.datetime) -> float:
+    def _tick_db(self, now: dt.datetime, woken_on_change: bool) -> float:
         s = conf.settings
+        # How long beat may sleep when nothing is due (and how far ahead it looks for what
+        # is): a heartbeat's interval when a change wakes it anyway, else the polling bound.
+        idle = s.MAX_INTERVAL
+        if woken_on_change:
+            idle = max(idle, s.HEARTBEAT_INTERVAL.total_seconds())
         if self._last_heartbeat is None or now - self._last_heartbeat >= s.HEARTBEAT_INTERVAL:
             if not boots.heartbeat(self.boot_id, now):
                 boots.register_boot(self.boot_id, self.hostname, self.pid, now)
@@ -199,7 +208,7 @@ class Engine:
             self._run_hook(self.retries.run, now)
         for hook in self.hooks:
             self._run_hook(hook, now)
-        horizon = now + dt.timedelta(seconds=s.MAX_INTERVAL)
+        horizon = now + dt.timedelta(seconds=idle)
         # A burst starts with a small batch, so that its first slots go out at once, and
         # goes on in full ones.
         limit = s.BATCH_SIZE if self._backlog_since is not None else min(s.BATCH_SIZE, FIRST_BATCH)
@@ -237,8 +246,8 @@ class Engine:
         if retry_at is not None:
             wake = retry_at if wake is None else min(wake, retry_at)
         if wake is None:
-            return max(MIN_SLEEP, s.MAX_INTERVAL)
-        return max(MIN_SLEEP, min(s.MAX_INTERVAL, (wake - now).total_seconds()))
+            return max(MIN_SLEEP, idle)
+        return max(MIN_SLEEP, min(idle, (wake - now).total_seconds()))
 
     def _run_hook(self, hook: Hook, now: dt.datetime) -> None:
         """A hook that fails for its own reasons is logged; firing goes on (R21). A database

@@ -272,19 +272,52 @@ def test_scheduler_wakes_from_its_sleep_when_a_schedule_is_edited(settings):
         scheduler.close()
 
 
-def test_without_listen_beat_sleeps_at_most_max_interval(settings):
-    """R6 where LISTEN is impossible (SQLite, or switched off): Celery sleeps what tick
+def test_without_any_wake_up_beat_sleeps_at_most_max_interval(settings):
+    """R6 where neither LISTEN nor the broker's wake-up is on: Celery sleeps what tick
     returns, never more than max_interval, and beat runs on."""
     from durablebeat.schedulers import DurableScheduler
     from project.celery import app
 
     settings.DURABLEBEAT_LISTEN_NOTIFY = False
+    settings.DURABLEBEAT_BROKER_WAKE = False
     settings.DURABLEBEAT_MAX_INTERVAL = 2
     scheduler = DurableScheduler(app)
     try:
         assert 0 < scheduler.tick() <= 2
         assert scheduler.engine.db_ok
     finally:
+        scheduler.close()
+
+
+def test_without_listen_a_save_wakes_the_scheduler_through_the_broker(settings, monkeypatch):
+    """R6: MariaDB/MySQL and SQLite have no LISTEN; a save elsewhere wakes the sleeping
+    beat through a wake-up message on the (real) broker, long before max_interval."""
+    from durablebeat import wakeup
+    from durablebeat.schedulers import DurableScheduler
+    from project.celery import app
+
+    settings.DURABLEBEAT_LISTEN_NOTIFY = False
+    settings.DURABLEBEAT_MAX_INTERVAL = 10
+    _many(1, dt.datetime(2030, 1, 1, tzinfo=dt.UTC))
+    scheduler = DurableScheduler(app)
+    scheduler.tick()  # boot: this process is now a beat, whose own writes wake nobody
+    monkeypatch.setattr(wakeup, "_muted", False)  # the editor stands for another process
+
+    def edit() -> None:
+        time.sleep(0.3)
+        row = Schedule.objects.get(name="tenant-00000")
+        row.next_fire_at = dt.datetime(2029, 1, 1, tzinfo=dt.UTC)
+        row.save()
+        connection.close()
+
+    editor = threading.Thread(target=edit)
+    try:
+        start = time.monotonic()
+        editor.start()
+        assert scheduler.tick() == 0.0  # it slept on the broker and was woken
+        assert time.monotonic() - start < 5
+    finally:
+        editor.join(10)
         scheduler.close()
 
 

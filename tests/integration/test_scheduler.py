@@ -159,7 +159,7 @@ def test_sigterm_part_way_through_a_tick_writes_nothing_until_the_tick_unwinds(m
     stops: list[object] = []
     monkeypatch.setattr(scheduler.engine, "close", lambda now: stops.append(now))
 
-    def tick(now):
+    def tick(now, woken_on_change=False):
         scheduler.close()  # the signal arrives here
         assert stops == []
         raise SystemExit

@@ -1,0 +1,101 @@
+"""Tell every running beat that a schedule changed, through the broker (R6).
+
+On PostgreSQL a trigger sends ``NOTIFY`` and beat ``LISTEN``s (``beat.notify``). MariaDB,
+MySQL and SQLite have nothing like it, so a process that changes a schedule (the admin, the
+ORM, the commands) publishes one small message on a fanout exchange of the Celery broker
+that beat already uses, after its transaction commits; each beat consumes from a queue of
+its own bound to that exchange and looks at the database at once.
+
+Never a reason for a save to fail (R5): a broker that is down, or no Celery app configured,
+only means that beat sees the change on its next poll (``DURABLEBEAT_MAX_INTERVAL``). A beat
+process sends nothing: its own writes need no wake-up (on PostgreSQL its session is marked
+for the same reason).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import connection, transaction
+
+from . import conf
+
+logger = logging.getLogger("durablebeat")
+
+#: the fanout exchange every beat binds a queue of its own to
+EXCHANGE = "durablebeat.wake"
+#: how long a wake-up message may wait for a beat; an old one wakes nobody usefully
+EXPIRES = 60.0
+
+_muted = False
+
+
+def mute() -> None:
+    """This process is a beat: its writes wake nobody."""
+    global _muted
+    _muted = True
+
+
+def needed() -> bool:
+    """Whether a change in this process should go out on the broker: not in a beat, not
+    where PostgreSQL's own notification carries it, not when the setting is off."""
+    if _muted or not conf.settings.BROKER_WAKE:
+        return False
+    return not (connection.vendor == "postgresql" and conf.settings.LISTEN_NOTIFY)
+
+
+def schedules_changed() -> None:
+    """A schedule row was written: wake the beats once this transaction commits (once per
+    transaction, however many rows it wrote; nothing when it rolls back)."""
+    if not needed():
+        return
+    if not connection.in_atomic_block:
+        send()
+    elif not any(entry[1] is send for entry in connection.run_on_commit):
+        transaction.on_commit(send)
+
+
+def exchange() -> Any:
+    """The fanout exchange, declared alike by senders and by each beat's queue."""
+    from kombu import entity
+
+    make: Any = entity.Exchange  # kombu is untyped
+    return make(EXCHANGE, type="fanout", durable=False, auto_delete=True, delivery_mode=1)
+
+
+def configured_app() -> Any:
+    """The project's Celery app, or None when the process has none with a broker set (a
+    bare default app would try a broker on localhost that nobody configured)."""
+    from celery import current_app
+
+    app = current_app._get_current_object()
+    if not (app.conf.broker_url or app.conf.broker_write_url):
+        return None
+    return app
+
+
+def send() -> None:
+    """Publish one wake-up message; when it cannot go out, beat sees the change when it
+    polls."""
+    app = configured_app()
+    if app is None:
+        return
+    try:
+        with app.producer_or_acquire() as producer:
+            producer.publish(
+                {"changed": "schedule"},
+                exchange=exchange(),
+                routing_key="",
+                declare=[exchange()],
+                retry=False,
+                expiration=EXPIRES,
+                serializer="json",
+            )
+    except Exception as exc:  # any broker error: beat sees the change when it polls
+        logger.warning(
+            "could not wake beat through the broker (it sees the change within "
+            "DURABLEBEAT_MAX_INTERVAL): %s",
+            exc,
+            extra={"event": "wake_failed"},
+        )
