@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from .core import timing
+from .core import clock, timing
 from .enums import Kind, Overlap, Reason, RunState, Source
 from .validation import validate_schedule_fields
 
@@ -72,6 +72,18 @@ POLICY_FIELDS = ("startup_grace", "catch_up", "catch_up_window", "overlap")
 
 #: timing's field names that differ from the model's
 _SPEC_FIELD_TO_MODEL = {"at": "clocked_at", "schedule": "kind"}
+
+
+class ClockDateTimeField(models.DateTimeField):  # type: ignore[type-arg]
+    """A ``DateTimeField`` whose ``auto_now`` and ``auto_now_add`` read the one clock
+    (``clock.now()``, the database's, R26), not this host's (``timezone.now()``)."""
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        if self.auto_now or (self.auto_now_add and add):
+            value = clock.now()
+            setattr(model_instance, self.attname, value)
+            return value
+        return super().pre_save(model_instance, add)
 
 
 class Schedule(models.Model):
@@ -181,8 +193,8 @@ class Schedule(models.Model):
         blank=True, editable=False, help_text="Why beat could not use this row (R20)."
     )
 
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = ClockDateTimeField(auto_now_add=True)
+    updated_at = ClockDateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["name"]
@@ -254,6 +266,8 @@ class Boot(models.Model):
     heartbeat_at = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
     version = models.CharField(max_length=32, blank=True)
+    #: R26: the database's clock minus this host's, in seconds, as last measured
+    clock_offset_seconds = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["-started_at"]
@@ -328,6 +342,8 @@ class WorkerHeartbeat(models.Model):
     worker = models.CharField(max_length=255)
     pid = models.PositiveIntegerField()
     seen_at = models.DateTimeField()
+    #: R26: the database's clock minus this host's, in seconds, as last measured
+    clock_offset_seconds = models.FloatField(null=True, blank=True)
 
     class Meta:
         constraints = [

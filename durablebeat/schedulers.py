@@ -14,7 +14,7 @@ from typing import Any
 
 from celery.beat import Scheduler
 
-from . import conf
+from . import conf, dbclock
 from .beat import notify, publishing
 from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
 from .beat.dberrors import DatabaseUnusable
@@ -56,6 +56,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             publish_batch=self._batch,
             hooks=default_hooks(),
             broker_errors=publishing.broker_errors(self.connection),
+            sync_clock=dbclock.sync,  # R26: measured at boot and with each heartbeat
         )
 
     @property
@@ -68,6 +69,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
     def tick(self, *args: Any, **kwargs: Any) -> float:
         self._ticking = True
         try:
+            dbclock.watch_jumps()  # R26: this host's clock stepped: measure again now
             interval = self.engine.tick(clock.now())
         except BadEntry:
             raise  # a code entry refused where it meets the table (a takeover): fail loudly
