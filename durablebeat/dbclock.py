@@ -46,6 +46,7 @@ _lock = threading.Lock()
 _last: clock.Sample | None = None
 _tried_at: float | None = None  # time.monotonic() of the last try, successful or not
 _looked: tuple[dt.datetime, float] | None = None  # watch_jumps: (local wall, monotonic)
+_failing = False  # the last reading failed (its warning is said once)
 
 
 def _aware(value: Any) -> dt.datetime:
@@ -77,24 +78,27 @@ def measure(using: str = DEFAULT_DB_ALIAS, samples: int = SAMPLES) -> clock.Samp
     """Read the database's clock and set this process's offset to it; the reading, or None
     when it failed (the last offset is kept, R5). Never raises: a heartbeat or a page that
     measures goes on whatever the database answers."""
-    global _last, _tried_at
+    global _last, _tried_at, _failing
     _tried_at = time.monotonic()
     try:
         reading = _read(using, samples)
     except Exception as exc:  # a reading is never worth a crash: the last offset holds
-        logger.warning(
+        # Once per run of failures: through an outage the heartbeat's own warning repeats.
+        logger.log(
+            logging.DEBUG if _failing else logging.WARNING,
             "could not read the database's clock, keeping the offset %+.3f s: %r",
             clock.offset().total_seconds(),
             exc,
             extra={"event": "clock_unmeasured"},
         )
+        _failing = True
         return None
     if reading is None:
         return None
     with _lock:
         previous = clock.offset()
         clock.set_offset(reading.offset)
-        _last = reading
+        _last, _failing = reading, False
     if abs((reading.offset - previous).total_seconds()) >= JUMP:
         logger.info(
             "this host's clock is %+.3f s off the database's (round trip %.1f ms)",
@@ -152,7 +156,7 @@ def watch_jumps(using: str = DEFAULT_DB_ALIAS) -> bool:
 
 def forget() -> None:
     """Back to no measurement and a zero offset (tests; a process that starts over)."""
-    global _last, _tried_at, _looked
+    global _last, _tried_at, _looked, _failing
     with _lock:
         clock.set_offset(clock.ZERO)
-        _last, _tried_at, _looked = None, None, None
+        _last, _tried_at, _looked, _failing = None, None, None, False

@@ -1,8 +1,8 @@
 """R26: one clock. The offset to the database's clock measured for real (PostgreSQL:
-``clock_timestamp()``; SQLite: zero, no query), kept when a reading fails (R5), recorded
-by boots and worker liveness rows; a beat whose clock is off fires nothing early; a jump of
-the host clock under a running engine moves no "now"; ``clock_skew`` on both sides of its
-bound; the admin and ``/metrics`` show the offset."""
+``clock_timestamp()``, MariaDB/MySQL: ``UTC_TIMESTAMP(6)``; SQLite: zero, no query), kept
+when a reading fails (R5), recorded by boots and worker liveness rows; a beat whose clock
+is off fires nothing early; a jump of the host clock under a running engine moves no "now";
+``clock_skew`` on both sides of its bound; the admin and ``/metrics`` show the offset."""
 
 from __future__ import annotations
 
@@ -27,16 +27,16 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.dbclock]
 
 S = dt.timedelta(seconds=1)
 AHEAD = 90  # seconds this host's clock is set ahead of the database's in these tests
-on_postgres = pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="a database server with its own clock"
+on_server = pytest.mark.skipif(
+    connection.vendor not in dbclock.QUERIES, reason="a database server with its own clock"
 )
 
 
 def server_now() -> dt.datetime:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT clock_timestamp()")
+        cursor.execute(dbclock.QUERIES[connection.vendor])
         value: dt.datetime = cursor.fetchone()[0]
-    return value
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
 def near(a: dt.datetime, b: dt.datetime, within: float = 1.0) -> bool:
@@ -52,7 +52,7 @@ def ahead() -> time_machine.travel:
 # --- the measurement ----------------------------------------------------------------------
 
 
-@on_postgres
+@on_server
 def test_the_offset_to_the_database_clock_is_measured_and_now_follows_it(ahead):
     with ahead:
         assert not near(clock.now(), server_now(), AHEAD - 5)  # before: the host's clock
@@ -106,7 +106,7 @@ def test_refresh_measures_only_when_the_last_try_is_old(monkeypatch):
 # --- beat ----------------------------------------------------------------------------------
 
 
-@on_postgres
+@on_server
 @override_settings(DURABLEBEAT_LATE_AFTER=600)  # a slot 60 s past is fired, not deferred
 def test_a_beat_whose_clock_is_ahead_fires_nothing_early_and_records_its_offset(
     ahead, make_engine, make_schedule, publisher
@@ -122,7 +122,7 @@ def test_a_beat_whose_clock_is_ahead_fires_nothing_early_and_records_its_offset(
         assert near(boot.started_at, server_now(), 2.0)
 
 
-@on_postgres
+@on_server
 @override_settings(DURABLEBEAT_LATE_AFTER=600)
 def test_without_the_offset_the_same_beat_fires_early(ahead, make_engine, make_schedule, publisher):
     """The test above can fail: the engine that does not measure fires the slot at once."""
@@ -132,7 +132,7 @@ def test_without_the_offset_the_same_beat_fires_early(ahead, make_engine, make_s
     assert publisher.slots("job"), "the host clock alone should have fired it"
 
 
-@on_postgres
+@on_server
 @pytest.mark.parametrize("jump", [3600, -3600], ids=["forward", "backward"])
 @pytest.mark.parametrize("database", ["up", "down"])
 def test_a_host_clock_jump_under_a_running_engine_moves_no_now(
@@ -224,7 +224,7 @@ def test_the_admin_lists_show_each_host_offset(admin_client, hosts, t0):
     assert "+150.0 s" in workers
 
 
-@on_postgres
+@on_server
 def test_the_commands_measure_once_per_call(ahead):
     from django.core.management import call_command
 
