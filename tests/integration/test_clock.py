@@ -154,6 +154,26 @@ def test_a_host_clock_jump_under_a_running_engine_moves_no_now(
         assert not dbclock.watch_jumps()  # no jump since: no query
 
 
+@on_server
+@override_settings(DURABLEBEAT_MAX_INTERVAL=0.2)
+def test_the_scheduler_measures_at_boot_and_takes_a_clock_step_back_out(ahead):
+    """The public path (celery beat's scheduler): the boot records the offset, and a host
+    clock stepped back between two ticks (no heartbeat due yet) moves no "now"."""
+    from durablebeat.schedulers import DurableScheduler
+    from project.celery import app
+
+    with ahead as host:
+        scheduler = DurableScheduler(app)
+        try:
+            scheduler.tick()
+            assert Boot.objects.get().clock_offset_seconds == pytest.approx(-AHEAD, abs=1.0)
+            host.shift(-3600)
+            scheduler.tick()
+            assert near(clock.now(), server_now()), "now stepped back with the host's clock"
+        finally:
+            scheduler.close()
+
+
 # --- the worker ------------------------------------------------------------------------------
 
 
