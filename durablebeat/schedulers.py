@@ -49,6 +49,11 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         import django
 
         django.setup()
+        # R26: Celery turns a message's ``expires`` (seconds) into an instant with the app's
+        # ``now()``, this host's clock: a beat behind the database's would send messages
+        # already expired where the clock is right. In the beat process, the app's now is
+        # the one clock (undone at close).
+        self.app.now = self._app_now
         entries = parse_beat_schedule(self.app.conf.beat_schedule or {}, celery_timezone(self.app))
         self._engine = Engine(
             code_entries=entries,
@@ -58,6 +63,9 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             broker_errors=publishing.broker_errors(self.connection),
             sync_clock=dbclock.sync,  # R26: measured at boot and with each heartbeat
         )
+
+    def _app_now(self) -> Any:
+        return clock.now().astimezone(self.app.timezone)
 
     @property
     def engine(self) -> Engine:
@@ -117,6 +125,8 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             # raises next unwinds the tick, and beat's own ``finally`` closes again.
             return
         self._closed = True
+        if self.app.__dict__.get("now") == self._app_now:
+            del self.app.now  # the app's own now again (set at setup)
         self._listener.close()
         if self._engine is not None:
             self._engine.close(clock.now())

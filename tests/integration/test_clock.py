@@ -174,6 +174,34 @@ def test_the_scheduler_measures_at_boot_and_takes_a_clock_step_back_out(ahead):
             scheduler.close()
 
 
+@on_server
+@override_settings(DURABLEBEAT_MAX_INTERVAL=0.2)
+def test_a_beat_behind_stamps_a_message_expiry_on_the_database_clock(make_schedule):
+    """Celery makes ``expires`` an instant with the app's now: in beat, the one clock; else
+    a beat 150 s behind sends a message with a 60 s expiry that is dead on arrival."""
+    from unittest import mock
+
+    from durablebeat.beat import publishing
+    from durablebeat.beat.claims import claim_manual
+    from durablebeat.schedulers import DurableScheduler
+    from project.celery import app
+
+    row = make_schedule("expiring", every=60, expire_seconds=60)
+    with time_machine.travel(dt.datetime.now(dt.UTC) - 150 * S, tick=True):
+        scheduler = DurableScheduler(app)
+        try:
+            scheduler.tick()  # the boot measures the offset
+            producer = mock.MagicMock()
+            publishing.send(app, claim_manual(row, None, clock.now()), producer)
+            sent = producer.publish.call_args.kwargs
+            expires = dt.datetime.fromisoformat(sent["headers"]["expires"])
+            assert near(expires, server_now() + 60 * S, 2.0), "expiry on the host's clock"
+            assert sent["expiration"] == 60  # the broker's relative TTL stays as asked
+        finally:
+            scheduler.close()
+    assert "now" not in app.__dict__  # the app's own again
+
+
 # --- the worker ------------------------------------------------------------------------------
 
 
