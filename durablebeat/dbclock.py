@@ -7,11 +7,12 @@ readings the one with the shortest round trip is kept. PostgreSQL is asked for
 ``clock_timestamp()`` (``now()`` is the transaction's start, not the clock), MariaDB and
 MySQL for ``UTC_TIMESTAMP(6)``; SQLite is one host: its offset is zero, with no query.
 
-Who measures: beat at its boot and with each boot heartbeat; a worker at its start, with
-each liveness write, and its pool processes when their last reading is older than
-``REFRESH_AFTER``; ``check``, ``status``, ``report`` and ``metrics`` once per call; the admin
-and the metrics view when the last reading is older than ``REFRESH_AFTER``. A reading that
-fails keeps the last offset (a beat through an outage, R5) and never raises: it is logged.
+Who measures: beat at its boot and with each boot heartbeat; a worker with each liveness
+write (the first when it is ready), and its pool processes at their first task and when
+their last reading is older than ``REFRESH_AFTER``; ``check``, ``status`` and ``report``
+once per call; the admin and the metrics view when the last reading is older than
+``REFRESH_AFTER``. A reading that fails keeps the last offset (a beat through an outage,
+R5) and never raises: it is logged.
 """
 
 from __future__ import annotations

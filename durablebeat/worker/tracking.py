@@ -125,8 +125,9 @@ def _record(what: str, event: completion.Started | completion.Finished) -> None:
 def on_prerun(sender: Any = None, task_id: str = "", task: Any = None, **_: Any) -> None:
     if task is None or not is_ours(task):
         return
-    # R26: a pool process measures the database's clock when its reading (inherited from
-    # the main process at fork, or its own) is older than a minute: no query per task.
+    # R26: a pool process measures the database's clock at its first task, then when its
+    # reading is older than a minute: no query per task. (Not before the pool forks: a
+    # database that does not answer would hold the worker's start.)
     dbclock.refresh()
     now = clock.now()
     tracked = _Tracked(started_at=now)
@@ -292,10 +293,6 @@ def on_worker_init(**_: Any) -> None:
     so a run is attributed to the main process, whose liveness row says it lives."""
     global _main_pid
     _main_pid = os.getpid()
-    # R26: measured before the pool forks, so that every pool process starts with it.
-    dbclock.measure()
-    with contextlib.suppress(DatabaseError):
-        connection.close()  # no connection of this process is inherited by the pool
 
 
 def connect() -> None:
