@@ -196,6 +196,12 @@ class Settings:
         return self._duration("HEARTBEAT_STALE_AFTER", 60, low_open=True, high=DAY)
 
     @property
+    def CLOCK_SKEW_TOLERANCE(self) -> dt.timedelta:
+        """``check`` flags a live beat or worker whose clock is further than this off the
+        database's (R26): ``clock_skew``."""
+        return self._duration("CLOCK_SKEW_TOLERANCE", 2, low_open=True, high=DAY)
+
+    @property
     def OVERDUE_TOLERANCE(self) -> dt.timedelta:
         """``check`` flags starvation when a next fire is older than this while beat is alive."""
         return self._duration("OVERDUE_TOLERANCE", 120, high=7 * DAY)

@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 
 from . import wakeup
-from .core import solar, timing
+from .core import clock, solar, timing
 from .enums import Kind, Overlap, Reason, RunState, Source
 from .validation import validate_schedule_fields
 
@@ -80,6 +80,18 @@ POLICY_FIELDS = ("startup_grace", "catch_up", "catch_up_window", "overlap")
 
 #: timing's field names that differ from the model's
 _SPEC_FIELD_TO_MODEL = {"at": "clocked_at", "schedule": "kind"}
+
+
+class ClockDateTimeField(models.DateTimeField):  # type: ignore[type-arg]
+    """A ``DateTimeField`` whose ``auto_now`` and ``auto_now_add`` read the one clock
+    (``clock.now()``, the database's, R26), not this host's (``timezone.now()``)."""
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        if self.auto_now or (self.auto_now_add and add):
+            value = clock.now()
+            setattr(model_instance, self.attname, value)
+            return value
+        return super().pre_save(model_instance, add)
 
 
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
@@ -236,8 +248,8 @@ class Schedule(models.Model):
         blank=True, editable=False, help_text="Why beat could not use this row (R20)."
     )
 
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = ClockDateTimeField(auto_now_add=True)
+    updated_at = ClockDateTimeField(auto_now=True)
 
     objects = ScheduleQuerySet.as_manager()
 
@@ -331,6 +343,8 @@ class Boot(models.Model):
     heartbeat_at = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
     version = models.CharField(max_length=32, blank=True)
+    #: R26: the database's clock minus this host's, in seconds, as last measured
+    clock_offset_seconds = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["-started_at"]
@@ -405,6 +419,8 @@ class WorkerHeartbeat(models.Model):
     worker = models.CharField(max_length=255)
     pid = models.PositiveIntegerField()
     seen_at = models.DateTimeField()
+    #: R26: the database's clock minus this host's, in seconds, as last measured
+    clock_offset_seconds = models.FloatField(null=True, blank=True)
 
     class Meta:
         constraints = [

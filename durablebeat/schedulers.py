@@ -15,7 +15,7 @@ from typing import Any
 
 from celery.beat import Scheduler
 
-from . import conf, wakeup
+from . import conf, dbclock, wakeup
 from .beat import defaults, notify, publishing
 from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
 from .beat.dberrors import DatabaseUnusable
@@ -54,6 +54,11 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
 
         django.setup()
         wakeup.mute()  # this beat's own writes wake no beat
+        # R26: Celery turns a message's ``expires`` (seconds) into an instant with the app's
+        # ``now()``, this host's clock: a beat behind the database's would send messages
+        # already expired where the clock is right. In the beat process, the app's now is
+        # the one clock (undone at close).
+        self.app.now = self._app_now
         entries = parse_beat_schedule(
             defaults.beat_schedule(self.app),
             celery_timezone(self.app),
@@ -65,7 +70,11 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             publish_batch=self._batch,
             hooks=default_hooks(),
             broker_errors=publishing.broker_errors(self.connection),
+            sync_clock=dbclock.sync,  # R26: measured at boot and with each heartbeat
         )
+
+    def _app_now(self) -> Any:
+        return clock.now().astimezone(self.app.timezone)
 
     @property
     def engine(self) -> Engine:
@@ -87,6 +96,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             # never while the database is down (a listener's connect would hold the tick).
             engine = self._engine
             woken_on_change = engine is not None and engine.db_ok and self._listener.available()
+            dbclock.watch_jumps()  # R26: this host's clock stepped: measure again now
             interval = self.engine.tick(clock.now(), woken_on_change)
         except BadEntry:
             raise  # a code entry refused where it meets the table (a takeover): fail loudly
@@ -132,6 +142,8 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             # raises next unwinds the tick, and beat's own ``finally`` closes again.
             return
         self._closed = True
+        if self.app.__dict__.get("now") == self._app_now:
+            del self.app.now  # the app's own now again (set at setup)
         self._listener.close()
         if self._engine is not None:
             self._engine.close(clock.now())

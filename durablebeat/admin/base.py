@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from .. import conf
+from .. import conf, dbclock
 from ..core import clock
 from ..enums import RunState
 from ..models import Schedule
@@ -69,6 +69,12 @@ def instant(value: dt.datetime | None) -> str:
     return f"{local(value)} ({words.relative(value, clock.now())})"
 
 
+def offset_words(seconds: float | None) -> str:
+    """A host's measured offset to the database's clock (R26): "+90.0 s" when the database
+    is ahead of the host (the host is behind), "-" when none was measured."""
+    return "-" if seconds is None else f"{seconds:+.1f} s"
+
+
 def outcome_html(state: str) -> str:
     if not state:
         return "-"
@@ -104,6 +110,7 @@ class GuardedAdmin(_AnyAdminBase):
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         say_invalid_settings(request)
+        dbclock.refresh()  # R26: "now" on the database's clock, measured at most once a minute
         return super().changelist_view(request, extra_context)
 
     def change_view(
@@ -115,6 +122,7 @@ class GuardedAdmin(_AnyAdminBase):
     ) -> HttpResponse:
         if request.method == "GET":
             say_invalid_settings(request)
+        dbclock.refresh()  # R26
         return super().change_view(request, object_id, form_url, extra_context)
 
 

@@ -19,7 +19,7 @@ from ..core import clock
 from ..enums import Reason, RunState
 from ..models import Boot, Incident, MissedSlots, Run, WorkerHeartbeat
 from ..ops import words
-from .base import ReadOnlyAdmin, local, outcome_html
+from .base import ReadOnlyAdmin, local, offset_words, outcome_html
 
 
 @admin.register(Run)
@@ -106,6 +106,7 @@ class BootAdmin(ReadOnlyAdmin):
         "heartbeat",
         "stopped",
         "alive",
+        "clock_offset",
         "fires",
         "version",
     )
@@ -137,6 +138,11 @@ class BootAdmin(ReadOnlyAdmin):
         except conf.InvalidSetting:  # the page's message names it
             return None
 
+    @admin.display(description="clock offset", ordering="clock_offset_seconds")
+    def clock_offset(self, obj: Boot) -> str:
+        """R26: the database's clock minus the host's, as the boot last measured it."""
+        return offset_words(obj.clock_offset_seconds)
+
     @admin.display(description="fires", ordering="n_fires")
     def fires(self, obj: Any) -> int:
         return int(obj.n_fires)
@@ -164,4 +170,9 @@ class IncidentAdmin(ReadOnlyAdmin):
 
 @admin.register(WorkerHeartbeat)
 class WorkerHeartbeatAdmin(ReadOnlyAdmin):
-    list_display = ("worker", "pid", "seen_at_shown")
+    list_display = ("worker", "pid", "seen_at_shown", "clock_offset")
+
+    @admin.display(description="clock offset", ordering="clock_offset_seconds")
+    def clock_offset(self, obj: WorkerHeartbeat) -> str:
+        """R26: the database's clock minus the worker host's, as last measured."""
+        return offset_words(obj.clock_offset_seconds)

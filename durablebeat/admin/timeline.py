@@ -21,6 +21,7 @@ from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from .. import dbclock
 from ..core import clock
 from ..models import Schedule
 from ..ops import timeline, timeline_query
@@ -115,6 +116,7 @@ def _changelist(
 def timeline_view(model_admin: ModelAdmin[Schedule], request: HttpRequest) -> HttpResponse:
     if not model_admin.has_view_or_change_permission(request):
         raise PermissionDenied
+    dbclock.refresh()  # R26: the window ends at "now" on the database's clock
     window, window_error = timeline.parse_window(request.GET, clock.now())
     if window_error:
         messages.error(request, window_error)

@@ -42,16 +42,33 @@ def dead_q(now: dt.datetime, via: str = "boot__") -> Q:
     )
 
 
-def register_boot(boot_id: uuid.UUID, hostname: str, pid: int, now: dt.datetime) -> None:
+def register_boot(
+    boot_id: uuid.UUID,
+    hostname: str,
+    pid: int,
+    now: dt.datetime,
+    clock_offset: float | None = None,
+) -> None:
+    """``clock_offset``: this host's measured offset to the database's clock (R26)."""
     # An update, else an insert (not update_or_create's create_defaults: Django 5.0+ only;
     # Django 4.2 is supported). A boot id is this process's own: no other writer races it.
-    fields = {"hostname": hostname, "pid": pid, "heartbeat_at": now, "version": __version__}
+    fields = {
+        "hostname": hostname,
+        "pid": pid,
+        "heartbeat_at": now,
+        "version": __version__,
+        "clock_offset_seconds": clock_offset,
+    }
     if not Boot.objects.filter(pk=boot_id).update(**fields):
         Boot.objects.create(pk=boot_id, started_at=now, **fields)
 
 
-def heartbeat(boot_id: uuid.UUID, now: dt.datetime) -> int:
-    return Boot.objects.filter(pk=boot_id).update(heartbeat_at=now)
+def heartbeat(boot_id: uuid.UUID, now: dt.datetime, clock_offset: float | None = None) -> int:
+    """The boot's heartbeat, with its offset when one was measured (R17, R26)."""
+    fields: dict[str, object] = {"heartbeat_at": now}
+    if clock_offset is not None:
+        fields["clock_offset_seconds"] = clock_offset
+    return Boot.objects.filter(pk=boot_id).update(**fields)
 
 
 def stop_boot(boot_id: uuid.UUID, now: dt.datetime) -> None:

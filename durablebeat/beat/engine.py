@@ -70,6 +70,10 @@ class Engine:
     #: the exceptions that mean "the broker is unreachable" (``publishing.broker_errors``);
     #: any other exception a publish raises is about the message
     broker_errors: tuple[type[BaseException], ...] = publishing.BROKER_UNAVAILABLE
+    #: R26: measures this host's offset to the database's clock (``dbclock.sync``) and
+    #: returns it in seconds for the boot row; None (the default, for tests that drive
+    #: ``tick`` with their own instants): no measurement, nothing recorded
+    sync_clock: Callable[[], float | None] | None = None
 
     db_ok: bool = False
     booted: bool = False
@@ -120,7 +124,7 @@ class Engine:
         if not self.db_ok:
             retry = self._last_db_try is None or now - self._last_db_try >= s.DB_RETRY_INTERVAL
             if retry:
-                self._connect(now)
+                now = self._connect(now)
         if self.db_ok:
             try:
                 return self._tick_db(now, woken_on_change)
@@ -137,14 +141,16 @@ class Engine:
 
     # --- with the database -------------------------------------------------------------
 
-    def _connect(self, now: dt.datetime) -> None:
+    def _connect(self, now: dt.datetime) -> dt.datetime:
+        """Boot or reconnect; ``now`` as measured on the database's clock (R26)."""
         self._last_db_try = now
         try:
             close_old_connections()
             connection.ensure_connection()
             dberrors.refuse_unsupported()  # R23: a backend durablebeat cannot use stops the boot
             notify.mark_beat_session()  # this beat's own writes wake no beat
-            boots.register_boot(self.boot_id, self.hostname, self.pid, now)
+            now, offset = self._sync_clock(now)  # R26: before the first instant is written
+            boots.register_boot(self.boot_id, self.hostname, self.pid, now, offset)
             sync_code(self.code_entries, now)
             self.memory.write(self.boot_id, now)
             due_query.probe_due(now)
@@ -166,7 +172,7 @@ class Engine:
                     exc,
                     extra={"event": "db_unreachable", "boot": str(self.boot_id)},
                 )
-            return
+            return now
         self._db_failures = 0
         self.db_ok, self.booted, self._last_heartbeat = True, True, now
         self.memory.plan_with_db(self.code_entries)
@@ -178,6 +184,21 @@ class Engine:
             len(self.code_entries),
             extra={"event": "boot", "boot": str(self.boot_id)},
         )
+        return now
+
+    def _sync_clock(self, now: dt.datetime) -> tuple[dt.datetime, float | None]:
+        """Measure the offset to the database's clock; ``now`` moved by what it changed
+        (this tick's instant was read with the offset before) and the offset to record.
+        A measurement that fails keeps the last offset (R5) and never stops the tick."""
+        if self.sync_clock is None:
+            return now, None
+        before = clock.offset()
+        try:
+            recorded = self.sync_clock()
+        except Exception:
+            logger.warning("could not measure the clock offset", exc_info=True)
+            return now, None
+        return now + (clock.offset() - before), recorded
 
     def _lost_db(self, now: dt.datetime, exc: Exception) -> None:
         self.db_ok = False
@@ -200,8 +221,9 @@ class Engine:
         if woken_on_change:
             idle = max(idle, s.HEARTBEAT_INTERVAL.total_seconds())
         if self._last_heartbeat is None or now - self._last_heartbeat >= s.HEARTBEAT_INTERVAL:
-            if not boots.heartbeat(self.boot_id, now):
-                boots.register_boot(self.boot_id, self.hostname, self.pid, now)
+            now, offset = self._sync_clock(now)  # R26: with the heartbeat, no query per fire
+            if not boots.heartbeat(self.boot_id, now, offset):
+                boots.register_boot(self.boot_id, self.hostname, self.pid, now, offset)
             self._last_heartbeat = now
             self.memory.refresh()
         if self.retries:

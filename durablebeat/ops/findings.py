@@ -37,6 +37,7 @@ SEVERITIES = {
     "unpublishable": Severity.WARNING,
     "no_success": Severity.WARNING,
     "bad_row": Severity.WARNING,
+    "clock_skew": Severity.WARNING,
     "database_unreachable": Severity.CRITICAL,
     "database_error": Severity.CRITICAL,
     "check_failed": Severity.CRITICAL,

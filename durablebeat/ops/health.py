@@ -36,6 +36,7 @@ from .run_findings import (
     find_unpublishable,
     find_unresolved,
 )
+from .skew import find_clock_skew
 
 logger = logging.getLogger("durablebeat")
 
@@ -146,6 +147,7 @@ FINDERS: tuple[Callable[[dt.datetime], list[Finding]], ...] = (
     find_unpublishable,
     find_no_success,
     find_bad_rows,
+    find_clock_skew,
 )
 
 

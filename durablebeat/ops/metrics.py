@@ -19,11 +19,11 @@ from django.db.models import Count, Max, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
-from .. import conf
+from .. import conf, dbclock
 from ..core import clock, timing
 from ..enums import FINAL_STATES, RunState
 from ..models import Boot, Run, Schedule
-from . import health
+from . import health, skew
 
 logger = logging.getLogger("durablebeat")
 NOT_INSTALLED = "prometheus-client is not installed: pip install durablebeat[prometheus]"
@@ -215,6 +215,14 @@ class DurablebeatCollector:
         alive.add_metric([], len(health.live_boots(now)))
         yield age
         yield alive
+        offset = GaugeMetricFamily(
+            "durablebeat_clock_offset_seconds",
+            "Each live beat and worker process: the database's clock minus its own (R26).",
+            labels=["kind", "host", "pid"],
+        )
+        for one in skew.live_offsets(now):
+            offset.add_metric([one.kind, one.host, str(one.pid)], one.offset)
+        yield offset
 
     def _findings(self, now: dt.datetime) -> Any:
         fam = GaugeMetricFamily(
@@ -286,4 +294,5 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     refusal = _refusal(request)
     if refusal is not None:
         return refusal
+    dbclock.refresh()  # R26: "now" on the database's clock, measured at most once a minute
     return HttpResponse(render(), content_type=CONTENT_TYPE_LATEST)

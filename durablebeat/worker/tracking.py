@@ -37,7 +37,7 @@ from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connection
 
-from .. import conf
+from .. import conf, dbclock
 from ..core import clock
 from ..models import WorkerHeartbeat
 from . import completion
@@ -125,6 +125,10 @@ def _record(what: str, event: completion.Started | completion.Finished) -> None:
 def on_prerun(sender: Any = None, task_id: str = "", task: Any = None, **_: Any) -> None:
     if task is None or not is_ours(task):
         return
+    # R26: a pool process measures the database's clock at its first task, then when its
+    # reading is older than a minute: no query per task. (Not before the pool forks: a
+    # database that does not answer would hold the worker's start.)
+    dbclock.refresh()
     now = clock.now()
     tracked = _Tracked(started_at=now)
     _tracked[task_id] = tracked
@@ -228,10 +232,14 @@ def _unwatch_soft_limit(tracked: _Tracked) -> None:
 # --- worker liveness (R15) ----------------------------------------------------------------
 
 
-def write_worker_heartbeat(worker: str, pid: int, now: Any) -> None:
-    WorkerHeartbeat.objects.update_or_create(
-        worker=worker[:255], pid=pid, defaults={"seen_at": now}
-    )
+def write_worker_heartbeat(
+    worker: str, pid: int, now: Any, clock_offset: float | None = None
+) -> None:
+    """The liveness row (R15), with this host's offset to the database's clock (R26)."""
+    defaults: dict[str, Any] = {"seen_at": now}
+    if clock_offset is not None:
+        defaults["clock_offset_seconds"] = clock_offset
+    WorkerHeartbeat.objects.update_or_create(worker=worker[:255], pid=pid, defaults=defaults)
 
 
 class _Heartbeat(threading.Thread):
@@ -254,7 +262,8 @@ class _Heartbeat(threading.Thread):
             connection.close()
 
     def _write(self) -> None:
-        write_worker_heartbeat(self.worker, self.pid, clock.now())
+        offset = dbclock.sync()  # R26: measured with each liveness write; never raises
+        write_worker_heartbeat(self.worker, self.pid, clock.now(), offset)
 
 
 _heartbeat: _Heartbeat | None = None

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+#: put first on PYTHONPATH with E2E_CLOCK_OFFSET, it sets a process's wall clock off (R26)
+SKEW = Path(__file__).resolve().with_name("skew")
 CELERY = str(Path(sys.executable).with_name("celery"))
 OUTPUT = ROOT / "test-output" / "e2e"
 
@@ -123,7 +125,14 @@ class Cluster:
         self._count += 1
         return f"{self.label}-{self._count:02d}-{kind}"
 
-    def beat(self, **extra: str) -> Proc:
+    def skewed(self, clock_offset: float, extra: dict[str, str]) -> dict[str, str]:
+        """The environment of a process whose wall clock is ``clock_offset`` seconds off."""
+        if not clock_offset:
+            return self.env(extra)
+        path = os.pathsep.join(p for p in (str(SKEW), os.environ.get("PYTHONPATH", "")) if p)
+        return self.env(extra | {"PYTHONPATH": path, "E2E_CLOCK_OFFSET": str(clock_offset)})
+
+    def beat(self, clock_offset: float = 0, **extra: str) -> Proc:
         proc = Proc(
             self._name("beat"),
             [
@@ -134,12 +143,12 @@ class Cluster:
                 "INFO",
                 "--pidfile=",
             ],
-            self.env(extra),
+            self.skewed(clock_offset, extra),
         )
         self.procs.append(proc)
         return proc
 
-    def worker(self, concurrency: int = 2, **extra: str) -> Proc:
+    def worker(self, concurrency: int = 2, clock_offset: float = 0, **extra: str) -> Proc:
         name = self._name("worker")
         proc = Proc(
             name,
@@ -155,7 +164,7 @@ class Cluster:
                 "--without-mingle",
                 "--pidfile=",
             ],
-            self.env(extra),
+            self.skewed(clock_offset, extra),
         )
         self.procs.append(proc)
         return proc

@@ -10,13 +10,13 @@ from celery.exceptions import SoftTimeLimitExceeded
 from .models import Execution
 
 
-def _record(task, note: str = "") -> None:  # type: ignore[no-untyped-def]
+def _record(task, note: str = "") -> Execution:  # type: ignore[no-untyped-def]
     headers = task.request.headers or {}
 
     def header(name: str) -> str:
         return str(headers.get(name) or getattr(task.request, name, None) or "")
 
-    Execution.objects.create(
+    return Execution.objects.create(
         schedule=header("durablebeat_schedule"),
         slot=header("durablebeat_slot"),
         task_id=task.request.id or "",
@@ -112,3 +112,27 @@ def note(self) -> str:  # type: ignore[no-untyped-def]
     with open(os.environ["E2E_NOTES"], "a", encoding="utf-8") as f:
         f.write(line + "\n")  # one short append: whole lines even from several processes
     return "noted"
+
+
+def _stamp_by_database(execution: Execution) -> None:
+    """``at`` by the database server's clock (its ``now()`` in an autocommit statement),
+    whatever this worker's own clock says: the tests' witness on one clock (R26)."""
+    from django.db.models.functions import Now
+
+    Execution.objects.filter(pk=execution.pk).update(at=Now())
+
+
+@shared_task(bind=True)
+def record_on_db_clock(self) -> str:  # type: ignore[no-untyped-def]
+    _stamp_by_database(_record(self))
+    return "recorded"
+
+
+@shared_task(bind=True)
+def sleep_on_db_clock(self, seconds: float) -> str:  # type: ignore[no-untyped-def]
+    """Records its start and its end (notes "start", "end"), both on the database's clock:
+    two executions of one schedule overlap when one starts before the other ends."""
+    _stamp_by_database(_record(self, note="start"))
+    time.sleep(seconds)
+    _stamp_by_database(_record(self, note="end"))
+    return "slept"

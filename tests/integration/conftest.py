@@ -9,6 +9,21 @@ from typing import Any
 
 import pytest
 
+from durablebeat import dbclock
+
+
+@pytest.fixture(autouse=True)
+def _local_clock(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """R26: the commands, the admin and beat measure their offset to the database's clock.
+    A test that moves time with time_machine would read as a host off by years, so tests
+    run on the local clock (offset 0, as on SQLite: the same code, no clock query), and a
+    test of the measurement itself is marked ``dbclock``. No offset outlives its test."""
+    if not request.node.get_closest_marker("dbclock"):
+        monkeypatch.setattr(dbclock, "QUERIES", {})
+    dbclock.forget()
+    yield
+    dbclock.forget()
+
 
 @pytest.fixture
 def make_boot() -> Callable[..., Any]:
@@ -20,6 +35,7 @@ def make_boot() -> Callable[..., Any]:
         stopped_at: dt.datetime | None = None,
         hostname: str = "beat-host",
         pid: int = 4242,
+        clock_offset_seconds: float | None = None,
     ) -> Boot:
         return Boot.objects.create(
             id=uuid.uuid4(),
@@ -28,6 +44,7 @@ def make_boot() -> Callable[..., Any]:
             started_at=started_at,
             heartbeat_at=heartbeat_at or started_at,
             stopped_at=stopped_at,
+            clock_offset_seconds=clock_offset_seconds,
         )
 
     return make

@@ -95,6 +95,32 @@ def test_beat_heartbeat_age_and_liveness(situation, make_boot, t0):
     assert value(samples, "durablebeat_beat_alive") == 0
 
 
+def test_each_live_host_exports_its_clock_offset(situation, make_boot, t0):
+    """R26: the offset each live beat and worker measured; a stopped boot's is not shown."""
+    from durablebeat.models import WorkerHeartbeat
+
+    make_boot(
+        started_at=t0 - 60 * S, heartbeat_at=t0, hostname="fast", pid=7, clock_offset_seconds=-90.0
+    )
+    make_boot(
+        started_at=t0 - 60 * S,
+        heartbeat_at=t0,
+        stopped_at=t0,
+        hostname="gone",
+        pid=8,
+        clock_offset_seconds=40.0,
+    )
+    WorkerHeartbeat.objects.create(worker="w@slow", pid=9, seen_at=t0, clock_offset_seconds=150.0)
+    samples = scrape(t0)
+    offset = "durablebeat_clock_offset_seconds"
+    assert value(samples, offset, kind="beat", host="fast", pid="7") == -90.0
+    assert value(samples, offset, kind="worker", host="w@slow", pid="9") == 150.0
+    assert not [
+        labels for (name, labels) in samples if name == offset and ("host", "gone") in labels
+    ]
+    assert value(samples, "durablebeat_check_findings", code="clock_skew", severity="warning") == 2
+
+
 def test_no_beat_ever_is_infinitely_old(t0):
     samples = scrape(t0)
     assert value(samples, "durablebeat_beat_heartbeat_age_seconds") == float("inf")
@@ -119,6 +145,7 @@ def test_check_findings_are_exported(situation, t0):
         "unpublishable": 0,
         "no_success": 0,
         "bad_row": 0,
+        "clock_skew": 0,
         "database_error": 0,
         "check_failed": 0,
         "bad_setting": 0,

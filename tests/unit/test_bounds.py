@@ -189,6 +189,8 @@ def test_the_ranges_keep_all_date_arithmetic_finite():
         ("NO_SUCCESS_PERIODS", 0),
         ("CATCH_UP_WINDOW", 0),
         ("HEARTBEAT_INTERVAL", 0),
+        ("CLOCK_SKEW_TOLERANCE", 0),
+        ("CLOCK_SKEW_TOLERANCE", dt.timedelta(days=2)),
         ("DB_RETRY_INTERVAL", dt.timedelta(0)),
         ("LISTEN_NOTIFY", "false"),
         ("RESULT_RECONCILE", 0),

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf
+from ... import conf, dbclock
 from ...core import clock
 from ...ops import health, importer, report, status, words
 
@@ -65,6 +65,7 @@ class Command(BaseCommand):
             "status": self.status,
             "import-django-celery-beat": self.import_,
         }[options["subcommand"]]
+        dbclock.measure()  # R26: once per call, "now" on the database's clock
         handler(options)
 
     def check_(self, options: dict[str, Any]) -> None:

@@ -1,0 +1,59 @@
+"""R26: the offset math of the one clock: NTP's estimate, the best of a few readings, and
+``now()`` as this host's clock plus the offset."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from durablebeat.core import clock
+
+T = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
+MS = dt.timedelta(milliseconds=1)
+S = dt.timedelta(seconds=1)
+
+
+@pytest.fixture(autouse=True)
+def _no_offset_after():
+    yield
+    clock.set_offset(clock.ZERO)
+
+
+def test_the_server_read_its_clock_half_way_through_the_round_trip():
+    # sent at T, answered at T + 10 ms; the server, 90 s ahead, read its clock at T + 5 ms
+    one = clock.sample(T, T + 90 * S + 5 * MS, T + 10 * MS)
+    assert one.offset == 90 * S
+    assert one.round_trip == 10 * MS
+
+
+def test_a_server_behind_gives_a_negative_offset():
+    assert clock.sample(T, T - 150 * S + 2 * MS, T + 4 * MS).offset == -150 * S
+
+
+def test_a_naive_server_time_is_refused_not_guessed():
+    with pytest.raises(ValueError, match="server time"):
+        clock.sample(T, T.replace(tzinfo=None), T + MS)
+
+
+def test_the_reading_with_the_shortest_round_trip_is_kept():
+    slow = clock.Sample(offset=2 * S, round_trip=300 * MS)
+    fast = clock.Sample(offset=1 * S, round_trip=3 * MS)
+    assert clock.best([slow, fast, slow]) == fast
+
+
+def test_a_reading_during_which_the_host_clock_stepped_back_is_discarded():
+    stepped = clock.Sample(offset=5 * S, round_trip=-2 * S)
+    kept = clock.Sample(offset=1 * S, round_trip=50 * MS)
+    assert clock.best([stepped, kept]) == kept
+    assert clock.best([stepped]) is None
+    assert clock.best([]) is None
+
+
+def test_now_is_the_local_clock_plus_the_offset(time_machine):
+    time_machine.move_to(T, tick=False)
+    assert clock.now() == T
+    clock.set_offset(-90 * S)
+    assert clock.now() == T - 90 * S
+    assert clock.local_now() == T
+    assert clock.offset() == -90 * S
