@@ -94,13 +94,19 @@ class ClockDateTimeField(models.DateTimeField):  # type: ignore[type-arg]
         return super().pre_save(model_instance, add)
 
 
+#: the columns whose change wakes beat, as migration 0002's trigger has them on PostgreSQL:
+#: a new or reset next fire, enabling or disabling, a row error set or cleared. A worker
+#: writing a run's outcome (``last_completed_at``...) wakes nobody.
+WAKE_FIELDS = frozenset({"next_fire_at", "enabled", "error"})
+
+
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
     """Bulk writes wake beat as a save does (R6): the admin's enable, disable and reset
     actions are updates, not saves."""
 
     def update(self, **kwargs: Any) -> int:
         n = super().update(**kwargs)
-        if n:
+        if n and WAKE_FIELDS & kwargs.keys():
             wakeup.schedules_changed()
         return n
 
@@ -273,7 +279,9 @@ class Schedule(models.Model):
         # Any save through the model is an edit: beat validates the row afresh (R20).
         self.error = ""
         super().save(*args, **kwargs)
-        wakeup.schedules_changed()
+        update_fields = kwargs.get("update_fields")
+        if update_fields is None or WAKE_FIELDS & set(update_fields):
+            wakeup.schedules_changed()
 
     def to_spec(self) -> timing.Spec:
         """The timing value of this row; raises ``timing.InvalidSchedule`` naming the field."""

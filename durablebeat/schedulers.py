@@ -93,9 +93,9 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
     def _tick(self) -> float:
         try:
             # Asked before the tick, so that the tick may sleep longer when a change wakes it;
-            # never while the database is down (a listener's connect would hold the tick).
+            # asks nobody (a listener's connect never holds the tick's due slots).
             engine = self._engine
-            woken_on_change = engine is not None and engine.db_ok and self._listener.available()
+            woken_on_change = engine is not None and engine.db_ok and self._listener.listening()
             dbclock.watch_jumps()  # R26: this host's clock stepped: measure again now
             interval = self.engine.tick(clock.now(), woken_on_change)
         except BadEntry:
@@ -108,7 +108,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             # Beat must never exit because of one bad tick (R5): log and look again soon.
             logger.exception("beat tick failed", extra={"event": "tick_failed"})
             return max(MIN_SLEEP, float(self.max_interval))  # never a busy loop (R21)
-        if interval > 0 and woken_on_change and self.engine.db_ok:
+        if interval > 0 and self.engine.db_ok and self._listener.available():
             self._listener.wait(interval)  # woken early by a schedule change (R6)
             return 0.0
         return interval

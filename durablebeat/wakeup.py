@@ -7,14 +7,17 @@ that beat already uses, after its transaction commits; each beat consumes from a
 its own bound to that exchange and looks at the database at once.
 
 Never a reason for a save to fail (R5): a broker that is down, or no Celery app configured,
-only means that beat sees the change on its next poll (``DURABLEBEAT_MAX_INTERVAL``). A beat
-process sends nothing: its own writes need no wake-up (on PostgreSQL its session is marked
-for the same reason).
+only means that beat sees the change when it next looks (within the longer of
+``DURABLEBEAT_MAX_INTERVAL`` and ``DURABLEBEAT_HEARTBEAT_INTERVAL``), and after a failed
+send this process tries the broker again only after ``RETRY_AFTER`` seconds, so that a
+broker that is down does not slow every save. A beat process sends nothing: its own writes
+need no wake-up (on PostgreSQL its session is marked for the same reason).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from django.db import connection, transaction
@@ -27,8 +30,13 @@ logger = logging.getLogger("durablebeat")
 EXCHANGE = "durablebeat.wake"
 #: how long a wake-up message may wait for a beat; an old one wakes nobody usefully
 EXPIRES = 60.0
+#: after a failed send, seconds before this process tries the broker again
+RETRY_AFTER = 30.0
+#: seconds a send waits for a producer of the app's pool
+ACQUIRE_TIMEOUT = 1.0
 
 _muted = False
+_broken_until = 0.0
 
 
 def mute() -> None:
@@ -77,12 +85,13 @@ def configured_app() -> Any:
 
 def send() -> None:
     """Publish one wake-up message; when it cannot go out, beat sees the change when it
-    polls."""
+    next looks."""
+    global _broken_until
     app = configured_app()
-    if app is None:
+    if app is None or time.monotonic() < _broken_until:
         return
     try:
-        with app.producer_or_acquire() as producer:
+        with app.producer_pool.acquire(block=True, timeout=ACQUIRE_TIMEOUT) as producer:
             producer.publish(
                 {"changed": "schedule"},
                 exchange=exchange(),
@@ -92,10 +101,13 @@ def send() -> None:
                 expiration=EXPIRES,
                 serializer="json",
             )
-    except Exception as exc:  # any broker error: beat sees the change when it polls
+    except Exception as exc:  # any broker error: beat sees the change when it next looks
+        _broken_until = time.monotonic() + RETRY_AFTER
         logger.warning(
-            "could not wake beat through the broker (it sees the change within "
-            "DURABLEBEAT_MAX_INTERVAL): %s",
+            "could not wake beat through the broker (it sees the change within the longer "
+            "of DURABLEBEAT_MAX_INTERVAL and DURABLEBEAT_HEARTBEAT_INTERVAL; next try in "
+            "%.0f s): %s",
+            RETRY_AFTER,
             exc,
             extra={"event": "wake_failed"},
         )

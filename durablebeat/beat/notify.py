@@ -23,7 +23,7 @@ import logging
 import select
 import time
 import uuid
-from typing import Any, Protocol
+from typing import Any
 
 from django.db import connection
 
@@ -44,152 +44,141 @@ def mark_beat_session() -> None:
             cur.execute(f"SELECT set_config('{BEAT_SETTING}', 'on', false)")
 
 
-class Listener:
-    """A dedicated autocommit connection that LISTENs; beat sleeps on it."""
+class _Channel:
+    """A connection beat sleeps on until a schedule change wakes it. Where it cannot be had,
+    ``wait`` simply sleeps and the connection is tried again every ``RETRY_EVERY`` seconds
+    (R5). Subclasses say whether they apply here and how to open, block on and drop it."""
+
+    #: what the log calls it
+    what = "schedule change listener"
 
     def __init__(self) -> None:
         self._conn: Any = None
         self._next_try = 0.0
 
+    def wanted(self) -> bool:
+        raise NotImplementedError
+
+    def _open(self) -> Any:
+        raise NotImplementedError
+
+    def _block(self, conn: Any, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; True when a change came."""
+        raise NotImplementedError
+
+    def _drop(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    def listening(self) -> bool:
+        """Listening now (asks nobody)."""
+        return self._conn is not None
+
     def available(self) -> bool:
         """Listening now, or could start to (tried at most every ``RETRY_EVERY`` s)."""
-        return self._connect() is not None
+        if self._conn is not None:
+            return True
+        if time.monotonic() < self._next_try or not self.wanted():
+            return False
+        try:
+            self._conn = self._open()
+        except Exception as exc:  # any failure here means: poll instead (R5)
+            logger.info(
+                "%s unavailable, polling every max_interval: %s",
+                self.what,
+                exc,
+                extra={"event": "listen_unavailable"},
+            )
+            self._next_try = time.monotonic() + RETRY_EVERY
+            return False
+        logger.info("%s listening", self.what, extra={"event": "listening"})
+        return True
 
     def wait(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` seconds; True when a schedule change woke us earlier."""
         if timeout <= 0:
             return False
-        conn = self._connect()
-        if conn is None:
+        if not self.available():
             time.sleep(timeout)
             return False
         start = time.monotonic()
         try:
-            # select() itself, not the driver's wait: a signal (beat's SIGTERM) interrupts
-            # it at once, as it does Celery's own sleep.
-            ready, _, _ = select.select([conn.pgconn.socket], [], [], timeout)
-            # Every notification waiting now: several changes need one look at the database.
-            return bool(ready) and any([True for _ in conn.notifies(timeout=0.0)])
-        except Exception as exc:  # the driver's errors are many; sleeping is always safe
-            logger.warning(
-                "schedule change listener lost, polling every max_interval: %s",
-                exc,
-                extra={"event": "listen_lost"},
-            )
-            self.close()
-            time.sleep(max(0.0, timeout - (time.monotonic() - start)))
-            return False
-
-    def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):  # closing a broken connection may fail too
-                self._conn.close()
-        self._conn = None
-        self._next_try = time.monotonic() + RETRY_EVERY
-
-    def _connect(self) -> Any:
-        if self._conn is not None:
-            return self._conn
-        if not conf.settings.LISTEN_NOTIFY or connection.vendor != "postgresql":
-            return None
-        if time.monotonic() < self._next_try:
-            return None
-        try:
-            import psycopg
-
-            params = {
-                k: v
-                for k, v in connection.get_connection_params().items()
-                if k not in {"cursor_factory", "context", "prepare_threshold"}
-            }
-            params.setdefault("connect_timeout", 5)
-            conn = psycopg.connect(**params, autocommit=True)
-            conn.execute(f"LISTEN {CHANNEL}")
-        except Exception as exc:  # any failure here means: poll instead (R5)
-            logger.info(
-                "LISTEN unavailable, polling every max_interval: %s",
-                exc,
-                extra={"event": "listen_unavailable"},
-            )
-            self._next_try = time.monotonic() + RETRY_EVERY
-            return None
-        self._conn = conn
-        logger.info("listening for schedule changes", extra={"event": "listening"})
-        return conn
-
-
-class BrokerListener:
-    """A queue of this beat's own on the broker's wake-up exchange; beat sleeps on it."""
-
-    def __init__(self, app: Any) -> None:
-        self._app = app
-        self._conn: Any = None
-        self._consumer: Any = None
-        self._next_try = 0.0
-        self._woken = False
-
-    def available(self) -> bool:
-        return self._connect() is not None
-
-    def wait(self, timeout: float) -> bool:
-        """Sleep up to ``timeout`` seconds; True when a wake-up message came earlier."""
-        if timeout <= 0:
-            return False
-        conn = self._connect()
-        if conn is None:
-            time.sleep(timeout)
-            return False
-        start = time.monotonic()
-        self._woken = False
-        try:
-            # drain_events may return for the broker's own traffic (a subscription's
-            # confirmation): only a wake-up message ends the sleep early.
-            while not self._woken:
-                left = timeout - (time.monotonic() - start)
-                if left <= 0:
-                    return False
-                conn.drain_events(timeout=left)
-        except TimeoutError:
-            return False
-        except Exception as exc:  # the broker's errors are many; sleeping is always safe
+            return self._block(self._conn, timeout)
+        except Exception as exc:  # the drivers' errors are many; sleeping is always safe
             if self._conn is None:
                 return False  # closed under the read: beat is stopping
             logger.warning(
-                "broker wake-up listener lost, polling every max_interval: %s",
+                "%s lost, polling every max_interval: %s",
+                self.what,
                 exc,
                 extra={"event": "listen_lost"},
             )
             self.close()
             time.sleep(max(0.0, timeout - (time.monotonic() - start)))
             return False
-        return True
-
-    def _on_message(self, body: Any, message: Any) -> None:
-        """A wake-up says only "look again"."""
-        self._woken = True
 
     def close(self) -> None:
-        """Drop the connection without a word to the broker: beat's SIGTERM handler calls
-        this while ``wait`` may be reading from it, and a cancel or a close would read
-        too (the broker drops the queue with its connection: it is auto-delete)."""
         if self._conn is not None:
             with contextlib.suppress(Exception):  # a broken connection may fail to let go
-                self._conn.collect()
-        self._conn = self._consumer = None
+                self._drop(self._conn)
+        self._conn = None
         self._next_try = time.monotonic() + RETRY_EVERY
 
-    def _connect(self) -> Any:
-        if self._conn is not None:
-            return self._conn
-        if not conf.settings.BROKER_WAKE or time.monotonic() < self._next_try:
-            return None
-        if connection.vendor == "postgresql" and conf.settings.LISTEN_NOTIFY:
-            return None  # NOTIFY carries it there, and nobody sends on the broker
-        try:
-            from kombu import entity
 
-            make_queue: Any = entity.Queue  # kombu is untyped
-            conn = self._app.connection_for_read()
+class Listener(_Channel):
+    """A dedicated autocommit PostgreSQL connection that LISTENs."""
+
+    what = "LISTEN"
+
+    def wanted(self) -> bool:
+        return bool(conf.settings.LISTEN_NOTIFY) and connection.vendor == "postgresql"
+
+    def _open(self) -> Any:
+        import psycopg
+
+        params = {
+            k: v
+            for k, v in connection.get_connection_params().items()
+            if k not in {"cursor_factory", "context", "prepare_threshold"}
+        }
+        params.setdefault("connect_timeout", 5)
+        conn = psycopg.connect(**params, autocommit=True)
+        conn.execute(f"LISTEN {CHANNEL}")
+        return conn
+
+    def _block(self, conn: Any, timeout: float) -> bool:
+        # select() itself, not the driver's wait: a signal (beat's SIGTERM) interrupts it at
+        # once, as it does Celery's own sleep.
+        ready, _, _ = select.select([conn.pgconn.socket], [], [], timeout)
+        # Every notification waiting now: several changes need one look at the database.
+        return bool(ready) and any([True for _ in conn.notifies(timeout=0.0)])
+
+    def _drop(self, conn: Any) -> None:
+        conn.close()
+
+
+class BrokerListener(_Channel):
+    """A queue of this beat's own on the broker's wake-up exchange (``wakeup``)."""
+
+    what = "broker wake-up"
+
+    def __init__(self, app: Any) -> None:
+        super().__init__()
+        self._app = app
+        self._consumer: Any = None
+        self._woken = False
+
+    def wanted(self) -> bool:
+        # On PostgreSQL NOTIFY carries it, and nobody sends on the broker.
+        return bool(conf.settings.BROKER_WAKE) and not (
+            connection.vendor == "postgresql" and conf.settings.LISTEN_NOTIFY
+        )
+
+    def _open(self) -> Any:
+        from kombu import entity
+
+        make_queue: Any = entity.Queue  # kombu is untyped
+        conn = self._app.connection_for_read()
+        try:
             conn.ensure_connection(max_retries=0)
             queue = make_queue(
                 f"{wakeup.EXCHANGE}.{uuid.uuid4().hex}",
@@ -198,40 +187,55 @@ class BrokerListener:
                 durable=False,
                 auto_delete=True,
             )
-            consumer = conn.Consumer(
+            self._consumer = conn.Consumer(
                 [queue], callbacks=[self._on_message], no_ack=True, accept=["json"]
             )
-            consumer.consume()
+            self._consumer.consume()
             # Redis subscribes when the connection is first polled: poll once now, so that a
             # change made before beat first sleeps is not published to nobody.
             with contextlib.suppress(TimeoutError):
                 conn.drain_events(timeout=0.01)
-        except Exception as exc:  # any failure here means: poll instead (R5)
-            logger.info(
-                "broker wake-up unavailable, polling every max_interval: %s",
-                exc,
-                extra={"event": "listen_unavailable"},
-            )
-            with contextlib.suppress(Exception):
-                conn.collect()
-            self._next_try = time.monotonic() + RETRY_EVERY
-            return None
-        self._conn, self._consumer = conn, consumer
-        logger.info("listening for schedule changes on the broker", extra={"event": "listening"})
+        except Exception:
+            self._drop(conn)
+            raise
         return conn
 
+    def _block(self, conn: Any, timeout: float) -> bool:
+        start = time.monotonic()
+        self._woken = False
+        # drain_events may return for the broker's own traffic (a subscription's
+        # confirmation): only a wake-up message ends the sleep early.
+        while not self._woken:
+            left = timeout - (time.monotonic() - start)
+            if left <= 0:
+                return False
+            try:
+                conn.drain_events(timeout=left)
+            except TimeoutError:
+                return False
+        return True
 
-class _Way(Protocol):
-    def available(self) -> bool: ...
-    def wait(self, timeout: float) -> bool: ...
-    def close(self) -> None: ...
+    def _on_message(self, body: Any, message: Any) -> None:
+        """A wake-up says only "look again"."""
+        self._woken = True
+
+    def _drop(self, conn: Any) -> None:
+        """Let go without a word to the broker: beat's SIGTERM handler may close while
+        ``wait`` reads, and a cancel or a close would read too (the queue is auto-delete:
+        the broker drops it with the connection)."""
+        self._consumer = None
+        conn.collect()
 
 
 class Wakeups:
     """Whichever way this database wakes beat: LISTEN on PostgreSQL, the broker elsewhere."""
 
     def __init__(self, app: Any) -> None:
-        self._ways: list[_Way] = [Listener(), BrokerListener(app)]
+        self._ways: list[_Channel] = [Listener(), BrokerListener(app)]
+
+    def listening(self) -> bool:
+        """Listening now (asks nobody: a broker that is down never holds a tick)."""
+        return any(way.listening() for way in self._ways)
 
     def available(self) -> bool:
         return self._way() is not None
@@ -247,5 +251,5 @@ class Wakeups:
         for way in self._ways:
             way.close()
 
-    def _way(self) -> _Way | None:
+    def _way(self) -> _Channel | None:
         return next((way for way in self._ways if way.available()), None)

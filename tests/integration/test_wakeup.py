@@ -30,6 +30,7 @@ FAR = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 def _broker_path(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     settings.DURABLEBEAT_LISTEN_NOTIFY = False
     monkeypatch.setattr(wakeup, "_muted", False)
+    monkeypatch.setattr(wakeup, "_broken_until", 0.0)
 
 
 @pytest.fixture
@@ -55,6 +56,18 @@ def test_the_admins_bulk_actions_wake_a_beat(make_schedule, listener):
     make_schedule(name="bulk", every=dt.timedelta(minutes=5))
     assert listener.wait(5) is True
     Schedule.objects.filter(name="bulk").update(enabled=False)
+    assert listener.wait(5) is True
+
+
+def test_a_runs_outcome_written_on_its_schedule_wakes_nobody(make_schedule, listener):
+    """A worker finishing a run writes last_completed_at/last_outcome on the schedule at
+    every completion: only the columns PostgreSQL's trigger watches wake beat."""
+    row = make_schedule(name="busy", every=dt.timedelta(minutes=5))
+    assert listener.wait(5) is True
+    Schedule.objects.filter(pk=row.pk).update(last_completed_at=FAR, last_outcome="succeeded")
+    row.save(update_fields=["description"])
+    assert listener.wait(0.5) is False
+    row.save(update_fields=["next_fire_at"])
     assert listener.wait(5) is True
 
 
@@ -98,7 +111,9 @@ def test_a_broker_that_is_down_never_fails_a_save(make_schedule, monkeypatch, ca
     monkeypatch.setattr(wakeup, "configured_app", lambda: down)
     with caplog.at_level(logging.WARNING, logger="durablebeat"):
         row = make_schedule(name="still-saved", every=dt.timedelta(minutes=5))
+        make_schedule(name="saved-quickly", every=dt.timedelta(minutes=5))
     assert Schedule.objects.filter(pk=row.pk).exists()
+    # one try, then none for a while: a broker that is down does not slow every save
     assert [r.event for r in caplog.records if hasattr(r, "event")] == ["wake_failed"]
     down.close()
 
@@ -108,6 +123,7 @@ def test_a_beat_whose_broker_is_down_polls(settings, caplog):
     listening = notify.BrokerListener(down)
     with caplog.at_level(logging.INFO, logger="durablebeat"):
         assert listening.available() is False
+        assert listening.listening() is False
     start = time.monotonic()
     assert listening.wait(0.2) is False  # a plain sleep of the timeout
     assert time.monotonic() - start >= 0.2
@@ -137,3 +153,16 @@ def test_a_beat_woken_on_change_sleeps_until_its_next_slot_or_heartbeat(
     assert engine.tick(t0, woken_on_change) == idle  # boot: nothing stored
     make_schedule(name="soon", every=60, next_fire_at=t0 + dt.timedelta(seconds=8))
     assert engine.tick(t0 + dt.timedelta(seconds=1), woken_on_change) == due_in
+
+
+def test_a_beat_asks_whether_it_listens_without_connecting():
+    """The scheduler asks before each tick; only ``available`` (after the tick) connects,
+    so a broker that is slow to refuse never holds the tick's due slots."""
+    ways = notify.Wakeups(app)
+    try:
+        assert ways.listening() is False
+        assert ways.available() is True
+        assert ways.listening() is True
+    finally:
+        ways.close()
+    assert ways.listening() is False
