@@ -8,7 +8,6 @@ from django.conf import settings as django_settings
 from django.core import checks
 
 from . import conf
-from .beat import defaults
 from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
 from .beat.dberrors import unsupported_backend
 
@@ -130,12 +129,10 @@ def check_code_schedules(**kwargs: Any) -> list[checks.CheckMessage]:
     try:
         # Task names, and the serializer a task's arguments go out with (R25), are checked
         # when beat boots: importing task modules from inside a system check would run the
-        # checks again (celery's Django fix-up).
-        parse_beat_schedule(
-            defaults.beat_schedule(app),
-            celery_timezone(app),
-            check_task=False,
-        )
+        # checks again (celery's Django fix-up). The entries Celery's beat installs itself
+        # (defaults.py) are durablebeat's own and valid; deciding whether they apply builds
+        # the result backend, which a system check in a web process must not need.
+        parse_beat_schedule(app.conf.beat_schedule or {}, celery_timezone(app), check_task=False)
     except BadEntry as exc:
         return [checks.Error(str(exc), id="durablebeat.E003")]
     return []

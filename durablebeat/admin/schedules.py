@@ -324,7 +324,7 @@ class ScheduleAdmin(GuardedAdmin):
             return
         try:
             claim = publishing.run_now(row)
-        except timing.InvalidSchedule as exc:  # stored around the form; nothing was written
+        except (timing.InvalidSchedule, live.SendTimeValueError) as exc:  # nothing written
             self.message_user(
                 request, f"{row.name} was not run: fix it first ({exc}).", messages.ERROR
             )

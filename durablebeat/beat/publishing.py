@@ -70,6 +70,14 @@ def run_now(schedule: Schedule, app: Any | None = None) -> Claim:
         app = current_app._get_current_object()
     now = clock.now()
     values = _code_values(app, schedule)  # computed before the run is written
+    if values is None and (
+        live.holds_code_values(schedule.args) or live.holds_code_values(schedule.kwargs)
+    ):
+        # Refused before any run is written: the markers would reach the task otherwise.
+        raise live.SendTimeValueError(
+            f"its args/kwargs hold values only its beat_schedule entry has, and this "
+            f"process's Celery app has no entry {schedule.name!r}"
+        )
     claim = claim_manual(schedule, None, now)
     if values is not None:
         claim = claim.with_arguments(*values)

@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 
-from durablebeat.beat import publishing
+from durablebeat.beat import live, publishing
 from durablebeat.enums import Reason, RunState, Source
 from durablebeat.models import Run, Schedule
 from tests.integration.admin_forms import schedule_form
@@ -415,6 +415,20 @@ def test_run_now_refuses_a_row_broken_behind_the_form(admin_client, make_schedul
     Schedule.objects.filter(pk=row.pk).update(kwargs=[1])
     response = act(admin_client, "run_now", row)
     assert "was not run: fix it first (kwargs: must be a JSON object" in text(response)
+    assert sent == [] and not Run.objects.exists()
+
+
+def test_run_now_refuses_a_code_row_whose_values_this_process_lacks(
+    admin_client, make_schedule, sent
+):
+    """R25: a code row shows its in-memory values as markers; a web process whose Celery app
+    has no such beat_schedule entry cannot send them, and writes no run for it."""
+    row = make_schedule("coded", every=60, source="code")
+    Schedule.objects.filter(pk=row.pk).update(args=[{live.PYTHON: "Decimal('1.5')"}])
+    response = act(admin_client, "run_now", row)
+    said = [str(m) for m in response.context["messages"]]
+    assert len(said) == 1 and said[0].startswith("coded was not run")
+    assert "has no entry 'coded'" in said[0]
     assert sent == [] and not Run.objects.exists()
 
 

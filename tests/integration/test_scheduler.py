@@ -123,6 +123,19 @@ def test_a_bad_beat_schedule_entry_is_e003_naming_it(monkeypatch):
     assert "broken-digest" in found[0].msg and "catchup" in found[0].msg
 
 
+def test_the_system_check_never_builds_the_result_backend(monkeypatch):
+    """A web process may lack the result backend's packages: E003 reads beat_schedule only
+    (whether Celery's beat would add celery.backend_cleanup is beat's business, R25)."""
+
+    def unavailable(self):
+        raise ImportError("no result backend in this image")
+
+    monkeypatch.setattr(type(app), "backend", property(unavailable))
+    monkeypatch.setitem(app.conf, "beat_schedule", {})
+    monkeypatch.setitem(app.conf, "result_expires", 86400)  # Celery's default: beat adds it
+    assert db_checks.check_code_schedules() == []
+
+
 @pytest.mark.parametrize(
     ("conf", "expected"),
     [
