@@ -67,10 +67,12 @@ def _read(using: str, samples: int) -> clock.Sample | None:
     guard = transaction.atomic(using=using) if conn.in_atomic_block else nullcontext()
     with guard, conn.cursor() as cursor:
         for _ in range(max(1, samples)):
-            sent = clock.local_now()
+            # The round trip on the monotonic clock: a wall clock slewed or stepped during
+            # the reading must not read as a long (or negative) trip.
+            sent, started = clock.local_now(), time.monotonic()
             cursor.execute(query)
             row = cursor.fetchone()
-            received = clock.local_now()
+            received = sent + dt.timedelta(seconds=time.monotonic() - started)
             readings.append(clock.sample(sent, _aware(row[0] if row else None), received))
     return clock.best(readings)
 

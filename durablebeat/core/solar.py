@@ -27,11 +27,25 @@ from .errors import InvalidSchedule
 
 __all__ = ["EVENTS", "MAX_SEARCH_DAYS", "Solar", "event_after", "events_between", "no_event_words"]
 
-#: the events Celery's ``solar`` knows, with its horizon, method and centre flag for each
-EVENTS: tuple[str, ...] = tuple(sorted(celery_solar._all_events))
-_HORIZONS: dict[str, str] = dict(celery_solar._horizons)
-_METHODS: dict[str, str] = dict(celery_solar._methods)
-_USE_CENTER: dict[str, bool] = dict(celery_solar._use_center_l)
+#: each event Celery's ``solar`` knows: (ephem's method, horizon, centre of the disc), copied
+#: from ``celery.schedules.solar`` (its private ``_methods``, ``_horizons`` and
+#: ``_use_center_l``; tests/unit/test_celery_compat.py checks the copy against them), so that
+#: a rename inside Celery never breaks importing durablebeat
+_TABLE: dict[str, tuple[str, str, bool]] = {
+    "dawn_astronomical": ("next_rising", "-18", True),
+    "dawn_nautical": ("next_rising", "-12", True),
+    "dawn_civil": ("next_rising", "-6", True),
+    "sunrise": ("next_rising", "-0:34", False),
+    "solar_noon": ("next_transit", "0", False),
+    "sunset": ("next_setting", "-0:34", False),
+    "dusk_civil": ("next_setting", "-6", True),
+    "dusk_nautical": ("next_setting", "-12", True),
+    "dusk_astronomical": ("next_setting", "-18", True),
+}
+EVENTS: tuple[str, ...] = tuple(sorted(_TABLE))
+_METHODS: dict[str, str] = {event: row[0] for event, row in _TABLE.items()}
+_HORIZONS: dict[str, str] = {event: row[1] for event, row in _TABLE.items()}
+_USE_CENTER: dict[str, bool] = {event: row[2] for event, row in _TABLE.items()}
 #: Celery's own bound on the days searched for an event that does not happen every day
 MAX_SEARCH_DAYS = int(getattr(celery_solar, "max_search_days", 366))
 #: what to install when ephem is missing

@@ -226,6 +226,19 @@ def celery_solar_fires(event: str, lat: float, lon: float, boot: dt.datetime) ->
     return fires
 
 
+def test_the_solar_table_is_celerys():
+    """durablebeat keeps its own copy of Celery's event table (importing durablebeat must not
+    hang on Celery's private names); this says when Celery's changes."""
+    from celery.schedules import solar as celery_solar
+
+    from durablebeat.core import solar as ours
+
+    assert set(ours.EVENTS) == set(celery_solar._all_events)
+    assert celery_solar._methods == ours._METHODS
+    assert celery_solar._horizons == ours._HORIZONS
+    assert celery_solar._use_center_l == ours._USE_CENTER
+
+
 def test_solar_fires_when_celerys_solar_does_over_a_year_at_several_latitudes():
     mismatches = []
     for event, lat, lon in SOLAR_PLACES:
