@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import DatabaseError
@@ -17,6 +18,7 @@ from ..core import clock, timing
 from ..core.policy import hard_limit
 from ..enums import Kind, RunState
 from ..models import TIMING_FIELDS, Run, Schedule
+from . import coverage
 from .findings import Finding, active_schedules, ago, unreadable_row
 
 # --- runs ---------------------------------------------------------------------------------
@@ -157,18 +159,32 @@ def find_unpublishable(now: dt.datetime) -> list[Finding]:
     ]
 
 
-def no_success_bound(spec: timing.Spec, until: dt.datetime, periods: int) -> dt.datetime | None:
+def no_success_bound(
+    spec: timing.Spec,
+    until: dt.datetime,
+    periods: int,
+    covered: Sequence[coverage.Stretch] | None = None,
+) -> dt.datetime | None:
     """A schedule counted from ``since`` has ``periods`` slots in (since, until] exactly when
     ``since < bound``: its ``periods``-th latest slot at or before ``until``. None for a
     one-off, for a crontab without that many slots in the last 45 years, and for an interval
-    whose periods reach back before year 1 (no row is that old)."""
+    whose periods reach back before year 1 (no row is that old).
+
+    ``covered``: count only slots (an interval: only time) inside these stretches, when a
+    beat was alive and past its startup grace (R27); None counts all time."""
     if isinstance(spec, timing.Interval):
         try:
-            return until - periods * spec.every + dt.timedelta(microseconds=1)
+            need = periods * spec.every
+            if covered is not None:
+                bound = coverage.duration_bound(covered, until, need)
+                return None if bound is None else bound + dt.timedelta(microseconds=1)
+            return until - need + dt.timedelta(microseconds=1)
         except OverflowError:
             return None
     if isinstance(spec, timing.Clocked):
         return None
+    if covered is not None:
+        return coverage.slot_bound(spec, covered, until, periods)
     window = dt.timedelta(days=1)
     while window <= dt.timedelta(days=16384):
         slots = list(timing.slots_between(spec, until - window, until))
@@ -179,7 +195,10 @@ def no_success_bound(spec: timing.Spec, until: dt.datetime, periods: int) -> dt.
 
 
 def _bound_or_error(
-    timing_values: tuple[Any, ...], until: dt.datetime, periods: int
+    timing_values: tuple[Any, ...],
+    until: dt.datetime,
+    periods: int,
+    covered: Sequence[coverage.Stretch],
 ) -> dt.datetime | Exception | None:
     """``no_success_bound`` of one timing; the exception when its math cannot be done."""
     try:
@@ -187,7 +206,7 @@ def _bound_or_error(
     except timing.InvalidSchedule:
         return None  # beat sets the row aside; bad_row says so
     try:
-        return no_success_bound(spec, until, periods)
+        return no_success_bound(spec, until, periods, covered)
     except Exception as exc:  # R21: the row is named, the other rows are still checked
         return exc
 
@@ -210,9 +229,11 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
 
     Counted from its last success (or, never having succeeded, from its creation plus the
     startup grace; never from before it was last enabled again, plus the grace) up to
-    ``now - OVERDUE_TOLERANCE`` so that a run of the latest slot has time to finish. It
-    catches a job that fails every time, and one whose next fire keeps
-    moving away (the restart-starvation story) although nothing looks overdue.
+    ``now - OVERDUE_TOLERANCE`` so that a run of the latest slot has time to finish. Only
+    periods that passed while a beat was alive and past its startup grace count (R27): a
+    deploy or an outage is not a failure streak, ``no_beat`` reports it. It catches a job
+    that fails every time, and one whose next fire keeps moving away (the
+    restart-starvation story) although nothing looks overdue.
 
     The schedule math runs once per distinct timing, not per row: with one schedule per
     tenant, 100,000 rows share a handful of timings (benchmarks/check_cost.py).
@@ -220,6 +241,7 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
     s = conf.settings
     periods = s.NO_SUCCESS_PERIODS
     until = now - s.OVERDUE_TOLERANCE
+    alive = coverage.lifetimes(now, s.HEARTBEAT_STALE_AFTER)
     bounds: dict[tuple[Any, ...], dt.datetime | Exception | None] = {}
     failing: list[int] = []
     findings = []
@@ -239,14 +261,16 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
     for pk, name, completed, created, enabled, grace, *timing_values in rows.iterator(
         chunk_size=5000
     ):
-        key = tuple(timing_values)
+        grace = grace or s.STARTUP_GRACE
+        key = (*timing_values, grace)
         if key not in bounds:
-            bounds[key] = _bound_or_error(key, until, periods)
+            covered = coverage.after_grace(alive, grace)
+            bounds[key] = _bound_or_error(tuple(timing_values), until, periods, covered)
         bound = bounds[key]
         if isinstance(bound, Exception):
             findings.append(unreadable_row(name, "its no-success bound", bound))
             continue
-        since = _periods_start(completed, created, enabled, grace or s.STARTUP_GRACE)
+        since = _periods_start(completed, created, enabled, grace)
         if bound is not None and since < bound:
             failing.append(pk)
     failing_rows = itertools.chain.from_iterable(
