@@ -72,6 +72,9 @@ for _name in (
     "CATCH_UP_WINDOW",
     "STARTUP_GRACE",
     "NO_NEWS_AFTER",
+    "DEPLOY_GRACE",
+    "HEARTBEAT_STALE_AFTER",
+    "OVERDUE_TOLERANCE",
 ):
     if f"DURABLEBEAT_{_name}" in os.environ:
         globals()[f"DURABLEBEAT_{_name}"] = float(os.environ[f"DURABLEBEAT_{_name}"])
