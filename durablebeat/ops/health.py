@@ -36,6 +36,7 @@ from .run_findings import (
     find_no_success,
     find_unpublishable,
     find_unresolved,
+    find_untracked,
 )
 from .words import duration_words
 
@@ -163,6 +164,7 @@ FINDERS: tuple[Callable[[dt.datetime], list[Finding]], ...] = (
     find_lost,
     find_unresolved,
     find_no_news,
+    find_untracked,
     find_unpublishable,
     find_no_success,
     find_bad_rows,

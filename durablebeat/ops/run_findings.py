@@ -8,8 +8,9 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+from django.apps import apps
 from django.db import DatabaseError
-from django.db.models import Count, Max, Min, Q, QuerySet
+from django.db.models import Count, Exists, Max, Min, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce
 
 from .. import conf
@@ -18,6 +19,7 @@ from ..core import clock, timing
 from ..core.policy import hard_limit
 from ..enums import Kind, RunState
 from ..models import TIMING_FIELDS, Run, Schedule
+from ..worker.completion import UNTRACKED
 from . import coverage
 from .findings import Finding, active_schedules, ago, unreadable_row
 
@@ -115,12 +117,15 @@ UNRESOLVED_STATES = (RunState.CLAIMED, RunState.STARTED)
 def find_no_news(now: dt.datetime) -> list[Finding]:
     """R22: runs published that no worker started within the no-news bound (a message the
     broker lost, a queue nobody consumes), reported when they stop holding their schedule,
-    and for ``CHECK_LOOKBACK`` after, unless later news resolved them."""
+    and for ``CHECK_LOOKBACK`` after, unless later news resolved them. A run the result
+    backend shows executed is not one: ``find_untracked`` says what it is."""
     s = conf.settings
     runs = _per_schedule(
-        Run.objects.filter(
-            Q(state=RunState.NO_NEWS, claimed_at__gte=now - s.CHECK_LOOKBACK)
-            | Q(state=RunState.PUBLISHED, published_at__lt=now - s.NO_NEWS_AFTER)
+        _without_backend_news(
+            Run.objects.filter(
+                Q(state=RunState.NO_NEWS, claimed_at__gte=now - s.CHECK_LOOKBACK)
+                | Q(state=RunState.PUBLISHED, published_at__lt=now - s.NO_NEWS_AFTER)
+            )
         ),
         Min(Coalesce("published_at", "claimed_at")),
     )
@@ -133,6 +138,61 @@ def find_no_news(now: dt.datetime) -> list[Finding]:
             g["schedule__name"],
         )
         for g in runs
+    ]
+
+
+# --- a worker that runs the tasks but does not report them -------------------------------
+
+
+#: result backend states that say a worker took the message
+EXECUTED = ("STARTED", "SUCCESS", "FAILURE", "RETRY", "REVOKED")
+
+
+def _task_results() -> Any:
+    """django-celery-results' TaskResult model when it is installed, else None."""
+    try:
+        return apps.get_model("django_celery_results", "TaskResult")
+    except LookupError:
+        return None
+
+
+def _backend_news() -> Any:
+    """A run whose task the result backend (django-celery-results) shows taken by a worker."""
+    model = _task_results()
+    if model is None:
+        return None
+    return Exists(model.objects.filter(task_id=OuterRef("task_id"), status__in=EXECUTED))
+
+
+def _without_backend_news(runs: QuerySet[Run]) -> QuerySet[Run]:
+    news = _backend_news()
+    return runs if news is None else runs.exclude(news)
+
+
+def find_untracked(now: dt.datetime) -> list[Finding]:
+    """Runs a worker executed that no worker reported (R13, R27): the result backend says
+    the task ran (a django-celery-results row, or the reconciliation already applied one),
+    but no worker sent the start that names it. The worker process is running without
+    durablebeat's tracking: every run looks like a lost message (``no_news``), ``skip``
+    schedules wait out the no-news bound on every slot, completions come late or never."""
+    s = conf.settings
+    since = now - s.CHECK_LOOKBACK
+    reconciled = Q(detail=UNTRACKED, finished_at__gte=since)
+    waiting = Q(state__in=(RunState.PUBLISHED, RunState.NO_NEWS), claimed_at__gte=since)
+    news = _backend_news()
+    runs = Run.objects.exclude(task_id=None)
+    runs = runs.filter(reconciled) if news is None else runs.filter(reconciled | (waiting & news))
+    groups = _per_schedule(runs, Max("claimed_at"))
+    return [
+        Finding(
+            "untracked_worker",
+            f"{g['schedule__name']}: {g['n']} run(s) executed (the result backend says so) "
+            f"that no worker reported, the latest claimed {ago(g['at'], now)} ago: "
+            "durablebeat is likely not in the worker's INSTALLED_APPS, or its task signals "
+            "are not connected in the worker process; restart the worker with it",
+            g["schedule__name"],
+        )
+        for g in groups
     ]
 
 

@@ -18,6 +18,7 @@ from durablebeat.enums import RunState
 from durablebeat.management.commands.durablebeat import Command as DurablebeatCommand
 from durablebeat.models import Boot, Schedule
 from durablebeat.ops import health, run_findings
+from durablebeat.worker import completion
 
 pytestmark = pytest.mark.django_db
 
@@ -217,6 +218,62 @@ def test_published_and_never_started_past_the_no_news_bound_is_no_news(healthy, 
     assert (finding.code, finding.severity) == ("no_news", health.Severity.WARNING)
     assert finding.schedule == "minutely" and "no worker started" in finding.message
     assert health.exit_code([finding]) == 1
+
+
+# --- a worker without durablebeat's tracking (R13, R27) ------------------------------------
+
+
+def _task_result(run, status):
+    from django_celery_results.models import TaskResult
+
+    TaskResult.objects.create(task_id=run.task_id, status=status)
+
+
+@pytest.mark.parametrize("state", [RunState.PUBLISHED, RunState.NO_NEWS])
+@pytest.mark.parametrize("status", ["SUCCESS", "FAILURE", "STARTED"])
+def test_runs_the_result_backend_shows_executed_are_untracked_worker_not_no_news(
+    healthy, make_run, t0, state, status
+):
+    """The issue's wrong diagnosis: a worker without durablebeat in INSTALLED_APPS ran the
+    task (the result backend says so) and check said "message lost by the broker"."""
+    run = make_run(healthy, t0 - 3 * MIN, state=state, published_at=t0 - 3 * MIN)
+    _task_result(run, status)
+    [finding] = health.findings(t0)
+    assert (finding.code, finding.severity) == ("untracked_worker", health.Severity.WARNING)
+    assert finding.schedule == "minutely"
+    assert "no worker reported" in finding.message and "INSTALLED_APPS" in finding.message
+
+
+def test_a_pending_result_is_no_evidence_and_stays_no_news(healthy, make_run, t0):
+    run = make_run(healthy, t0 - 3 * MIN, state=RunState.PUBLISHED, published_at=t0 - 3 * MIN)
+    _task_result(run, "PENDING")
+    assert codes(t0) == ["no_news"]
+
+
+def test_a_run_finished_by_the_reconciliation_with_no_start_is_untracked(healthy, make_run, t0):
+    run = make_run(healthy, t0 - 8 * MIN, state=RunState.PUBLISHED, published_at=t0 - 8 * MIN)
+    event = completion.Finished(run.task_id, t0 - 7 * MIN, succeeded=True, from_backend=True)
+    assert completion.finish(event)
+    assert codes(t0) == ["untracked_worker"]
+    assert codes(t0 + 25 * H) == ["no_beat"]  # past the look-back (and the beat's heartbeat)
+
+
+def test_a_started_run_finished_by_the_reconciliation_is_not_untracked(healthy, make_run, t0):
+    """A worker that reported the start and was then killed (a hard time limit: only the
+    result backend tells the end, R12) is tracked."""
+    run = make_run(
+        healthy, t0 - 8 * MIN, state=RunState.STARTED, started_at=t0 - 8 * MIN, worker="w@h"
+    )
+    event = completion.Finished(run.task_id, t0 - 7 * MIN, succeeded=False, from_backend=True)
+    assert completion.finish(event)
+    assert codes(t0) == []
+
+
+def test_a_completion_a_worker_sent_is_not_untracked(healthy, make_run, t0):
+    """A worker that dropped an expired message reports it (revoked) without a start."""
+    run = make_run(healthy, t0 - 3 * MIN, state=RunState.PUBLISHED, published_at=t0 - 3 * MIN)
+    assert completion.finish(completion.Finished(run.task_id, t0 - 2 * MIN, succeeded=False))
+    assert codes(t0) == []
 
 
 def test_a_slot_whose_message_was_refused_is_reported_by_name(healthy, make_run, t0):
@@ -494,6 +551,7 @@ def test_every_finding_at_once_each_with_its_documented_severity(
     make_run(starved, t0 - 30 * MIN, state=RunState.PUBLISHED, published_at=t0 - 30 * MIN)
     refused = f"{UNPUBLISHABLE}: OverflowError: expires"
     make_run(starved, t0 - 20 * MIN, state=RunState.FAILED, finished_at=t0, detail=refused)
+    make_run(starved, t0 - 40 * MIN, finished_at=t0 - 30 * MIN, detail=completion.UNTRACKED)
     broken = make_schedule("broken", every=60)
     Schedule.objects.filter(pk=broken.pk).update(error="every: bad")
     from durablebeat.beat import dberrors
