@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from kombu.exceptions import OperationalError
 
 from ..core import clock
 from ..models import Schedule
-from .claims import claim_manual, mark_published
+from .claims import claim_backfill, claim_manual, mark_published
 from .due import Claim
 
 #: a publish that raises one of these found the broker unreachable (R5: the claim is kept
@@ -50,13 +51,25 @@ def run_now(schedule: Schedule, app: Any | None = None) -> Claim:
     The run is written first, like every fire (R3); a broker error propagates to the caller
     and leaves the run claimed, visible in the history.
     """
+    claim = claim_manual(schedule, None, clock.now())
+    _publish(claim, app)
+    return claim
+
+
+def backfill_slot(schedule: Schedule, slot: dt.datetime, app: Any | None = None) -> Claim | None:
+    """A missed slot fired now (R27), through the path "run now" takes: the run for that
+    slot first (None when the slot already has one: it is left alone), then the message."""
+    claim = claim_backfill(schedule, slot, clock.now())
+    if claim is not None:
+        _publish(claim, app)
+    return claim
+
+
+def _publish(claim: Claim, app: Any | None) -> None:
     if app is None:
         from celery import current_app
 
         app = current_app._get_current_object()
-    now = clock.now()
-    claim = claim_manual(schedule, None, now)
     send(app, claim)
     if claim.run_id is not None:
         mark_published([claim.run_id], clock.now())
-    return claim
