@@ -202,6 +202,12 @@ class Settings:
         return self._duration("CLOCK_SKEW_TOLERANCE", 2, low_open=True, high=DAY)
 
     @property
+    def DEPLOY_GRACE(self) -> dt.timedelta:
+        """``check`` stays quiet this long after a beat stopped cleanly, waiting for the next
+        boot of a deploy (R27); a beat gone without stopping keeps ``HEARTBEAT_STALE_AFTER``."""
+        return self._duration("DEPLOY_GRACE", 120, high=DAY)
+
+    @property
     def OVERDUE_TOLERANCE(self) -> dt.timedelta:
         """``check`` flags starvation when a next fire is older than this while beat is alive."""
         return self._duration("OVERDUE_TOLERANCE", 120, high=7 * DAY)

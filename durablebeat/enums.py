@@ -40,6 +40,7 @@ class Reason(models.TextChoices):
     CATCH_UP = "catch_up", "Catch-up"  #: a delivery slot missed while no beat ran (R8)
     MANUAL = "manual", "Manual"  #: "run now" from the admin or the API
     REPUBLISH = "republish", "Re-publish"  #: an in-doubt slot sent again after the settle time (R9)
+    BACKFILL = "backfill", "Backfill"  #: a missed slot fired later by a person (R27, R3)
 
 
 class RunState(models.TextChoices):

@@ -20,6 +20,10 @@ from project.settings import *  # noqa: F403
 from project.settings import INSTALLED_APPS, VAR_DIR, database_from_env
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.e2eapp", "django_celery_beat"]
+if os.environ.get("E2E_WITHOUT_DURABLEBEAT") == "1":
+    # A worker of a project that forgot durablebeat: no tracking signals (R27's untracked worker).
+    INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "durablebeat"]
+    ROOT_URLCONF = "tests.e2eapp.urls"
 
 TEST_DB = os.environ.get("DURABLEBEAT_TEST_DB", "postgres")
 # Several test runs at once on one machine (e.g. two developers' checkouts) each set their
@@ -81,6 +85,9 @@ for _name in (
     "CATCH_UP_WINDOW",
     "STARTUP_GRACE",
     "NO_NEWS_AFTER",
+    "DEPLOY_GRACE",
+    "HEARTBEAT_STALE_AFTER",
+    "OVERDUE_TOLERANCE",
 ):
     if f"DURABLEBEAT_{_name}" in os.environ:
         globals()[f"DURABLEBEAT_{_name}"] = float(os.environ[f"DURABLEBEAT_{_name}"])

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 
@@ -306,6 +306,34 @@ def claim_manual(row: Schedule, boot_id: uuid.UUID | None, now: dt.datetime) -> 
         slot=now,
         reason=Reason.MANUAL,
         boot_id=boot_id or uuid.UUID(int=0),
+        message=message,
+    )
+
+
+def claim_backfill(row: Schedule, slot: dt.datetime, now: dt.datetime) -> Claim | None:
+    """A missed slot fired later by a person (R27): a run for that very slot, reason
+    backfill, no change to next fire. None when the slot already has a run: the
+    one-run-per-slot constraint decides (R3, R4), whoever wrote it first."""
+    message = Message.for_row(row)  # a bad row is refused before anything is written
+    try:
+        with transaction.atomic():
+            run = Run.objects.create(
+                schedule=row,
+                slot=slot,
+                reason=Reason.BACKFILL,
+                claimed_at=now,
+                task_id=str(uuid.uuid4()),
+            )
+    except IntegrityError:
+        return None
+    return Claim(
+        run_id=run.pk,
+        task_id=run.task_id or "",
+        schedule_id=row.pk,
+        schedule=row.name,
+        slot=slot,
+        reason=Reason.BACKFILL,
+        boot_id=uuid.UUID(int=0),
         message=message,
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,7 +12,7 @@ from ..core import clock
 from ..enums import Source
 from ..models import Schedule
 from . import live
-from .claims import claim_manual, mark_published
+from .claims import claim_backfill, claim_manual, mark_published
 from .due import Claim
 
 #: a publish that raises one of these found the broker unreachable (R5: the claim is kept
@@ -64,21 +65,30 @@ def run_now(schedule: Schedule, app: Any | None = None) -> Claim:
     The run is written first, like every fire (R3); a broker error propagates to the caller
     and leaves the run claimed, visible in the history.
     """
+    app = _app(app)
+    values = _code_values(app, schedule)  # refused before any run is written
+    return _publish(claim_manual(schedule, None, clock.now()), values, app)
+
+
+def backfill_slot(schedule: Schedule, slot: dt.datetime, app: Any | None = None) -> Claim | None:
+    """A missed slot fired now (R27), through the path "run now" takes: the run for that
+    slot first (None when the slot already has one: it is left alone), then the message."""
+    app = _app(app)
+    values = _code_values(app, schedule)
+    claim = claim_backfill(schedule, slot, clock.now())
+    return None if claim is None else _publish(claim, values, app)
+
+
+def _app(app: Any | None) -> Any:
     if app is None:
         from celery import current_app
 
         app = current_app._get_current_object()
-    now = clock.now()
-    values = _code_values(app, schedule)  # computed before the run is written
-    if values is None and (
-        live.holds_code_values(schedule.args) or live.holds_code_values(schedule.kwargs)
-    ):
-        # Refused before any run is written: the markers would reach the task otherwise.
-        raise live.SendTimeValueError(
-            f"its args/kwargs hold values only its beat_schedule entry has, and this "
-            f"process's Celery app has no entry {schedule.name!r}"
-        )
-    claim = claim_manual(schedule, None, now)
+    return app
+
+
+def _publish(claim: Claim, values: tuple[list[Any], dict[str, Any]] | None, app: Any) -> Claim:
+    """Send ``claim`` with the code entry's values, if any; the claim as sent."""
     if values is not None:
         claim = claim.with_arguments(*values)
     send(app, claim)
@@ -90,11 +100,16 @@ def run_now(schedule: Schedule, app: Any | None = None) -> Claim:
 def _code_values(app: Any, schedule: Schedule) -> tuple[list[Any], dict[str, Any]] | None:
     """A code schedule whose row holds the stored form of its args/kwargs (R25): the values
     of one send, from the app's ``beat_schedule`` entry of that name, as the beat sends
-    them. None for any other schedule (its row's values are the message's)."""
-    if schedule.source != Source.CODE:
-        return None
+    them. None for any other schedule (its row's values are the message's). A row whose
+    markers this process cannot replace is refused: the task would get the markers."""
     entry = (app.conf.beat_schedule or {}).get(schedule.name)
-    if not isinstance(entry, Mapping):
-        return None
-    values = live.split(entry.get("args") or (), entry.get("kwargs") or {})[2]
-    return None if values is None else values.evaluate()
+    if schedule.source == Source.CODE and isinstance(entry, Mapping):
+        values = live.split(entry.get("args") or (), entry.get("kwargs") or {})[2]
+        if values is not None:
+            return values.evaluate()
+    if live.holds_code_values(schedule.args) or live.holds_code_values(schedule.kwargs):
+        raise live.SendTimeValueError(
+            f"its args/kwargs hold values only its beat_schedule entry has, and this "
+            f"process's Celery app has no entry {schedule.name!r}"
+        )
+    return None

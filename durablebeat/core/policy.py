@@ -110,7 +110,7 @@ def _decide(due: Due, now: dt.datetime, late_after: dt.timedelta, caught_up: boo
         # on the grid that starts there (a relative one: on its chain, R25).
         return Defer(grace_slot(spec, now, due.startup_grace), Reason.STARTUP_GRACE)
     assert not isinstance(spec, timing.Custom)
-    return _missed(due, spec, due.next_fire_at, now, caught_up)
+    return _missed(due, spec, due.next_fire_at, now, caught_up, late_after)
 
 
 def grace_slot(spec: timing.Interval, now: dt.datetime, grace: dt.timedelta) -> dt.datetime:
@@ -141,7 +141,7 @@ def _first_fire(due: Due, now: dt.datetime, late_after: dt.timedelta, caught_up:
     if isinstance(spec, timing.Clocked) and spec.at <= now:
         if now - spec.at <= late_after:
             return Fire(spec.at, Reason.SCHEDULED, None)
-        return _missed(due, spec, spec.at, now, caught_up)
+        return _missed(due, spec, spec.at, now, caught_up, late_after)
     assert not isinstance(spec, timing.Custom)  # decide asks a custom schedule itself
     return Defer(timing.next_slot(spec, now), Reason.SCHEDULED)
 
@@ -152,25 +152,45 @@ def _missed(
     first_due: dt.datetime,
     now: dt.datetime,
     caught_up: bool,
+    late_after: dt.timedelta,
 ) -> Action:
-    """R8: slots in [first_due, now] were missed; a delivery schedule fires the latest once."""
+    """R8: slots in [first_due, now] were missed; a delivery schedule fires the latest once.
+
+    The range recorded is exact (R27): a slot that fires now, as catch-up or because it is
+    only late (due less than ``late_after`` ago), is not in it."""
     since = first_due - dt.timedelta(microseconds=1)
-    latest = timing.latest_slot(spec, since, now)
+    missed = _slots(spec, since, now)
     next_fire = timing.next_slot(spec, now)
-    if latest is None:  # the stored time was not on the grid (timing changed): just move on
+    if missed is None:  # the stored time was not on the grid (timing changed): just move on
         return Defer(next_fire, Reason.SCHEDULED)
+    latest = missed.last
+    if now - latest <= late_after:
+        reason = Reason.SCHEDULED  # only late: it fires as scheduled, the rest are missed
+    elif due.catch_up and not caught_up and now - latest <= due.catch_up_window:
+        reason = Reason.CATCH_UP
+    else:
+        return Miss(missed, next_fire)
+    before = _slots(spec, since, latest - dt.timedelta(microseconds=1))
+    return Fire(latest, reason, next_fire, missed=before)
+
+
+def _slots(
+    spec: timing.Crontab | timing.Clocked | timing.Solar, since: dt.datetime, until: dt.datetime
+) -> MissedRange | None:
+    """The slots in (since, until] as a range, or None when there is none; counting stops at
+    ``MAX_MISSED_COUNT``."""
+    last = timing.latest_slot(spec, since, until)
+    if last is None:
+        return None
     count = 0
-    first = latest
-    for slot in timing.slots_between(spec, since, now):
+    first = last
+    for slot in timing.slots_between(spec, since, until):
         if count == 0:
             first = slot
         count += 1
         if count >= MAX_MISSED_COUNT:
             break
-    if due.catch_up and not caught_up and now - latest <= due.catch_up_window:
-        rest = MissedRange(count - 1, first, latest) if count > 1 else None
-        return Fire(latest, Reason.CATCH_UP, next_fire, missed=rest)
-    return Miss(MissedRange(count, first, latest), next_fire)
+    return MissedRange(count, first, last)
 
 
 # --- is an earlier run still alive? (R14, R15, R22) ---------------------------------------

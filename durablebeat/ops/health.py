@@ -24,6 +24,7 @@ from ..beat import dberrors
 from ..beat.boots import alive_q
 from ..conf import invalid_settings
 from ..models import Boot, Schedule
+from . import coverage
 from .findings import CODES as CODES
 from .findings import SEVERITIES as SEVERITIES
 from .findings import Finding as Finding
@@ -35,10 +36,13 @@ from .run_findings import (
     find_no_success,
     find_unpublishable,
     find_unresolved,
+    find_untracked,
 )
 from .skew import find_clock_skew
+from .words import duration_words
 
 logger = logging.getLogger("durablebeat")
+_US = dt.timedelta(microseconds=1)
 
 
 # --- beat liveness ------------------------------------------------------------------------
@@ -57,15 +61,22 @@ def beat_alive(now: dt.datetime) -> bool:
 
 
 def find_no_beat(now: dt.datetime) -> list[Finding]:
+    """R17, R27: no live beat. A beat that stopped cleanly less than ``DEPLOY_GRACE`` ago is
+    a deploy under way, its successor about to boot: quiet. One gone without stopping keeps
+    the ``HEARTBEAT_STALE_AFTER`` bound (``alive_q``)."""
     if beat_alive(now):
         return []
     last = Boot.objects.order_by("-heartbeat_at").first()
     if last is None:
         message = "no beat has ever started against this database (is beat running?)"
     elif last.stopped_at is not None:
+        grace = conf.settings.DEPLOY_GRACE
+        if now - last.stopped_at <= grace:
+            return []  # a deploy: the next boot is due within the grace
         message = (
             f"no beat is running: the last one ({last.hostname}:{last.pid}, boot {last.pk}) "
-            f"stopped {ago(last.stopped_at, now)} ago"
+            f"stopped {ago(last.stopped_at, now)} ago and none booted within the deploy "
+            f"grace ({duration_words(grace)})"
         )
     else:
         message = (
@@ -79,10 +90,20 @@ def find_no_beat(now: dt.datetime) -> list[Finding]:
 
 
 def find_overdue(now: dt.datetime) -> list[Finding]:
-    """Starvation: a next fire long past while a beat is alive and should have fired it."""
+    """Starvation: a next fire long past while a beat is alive and should have fired it:
+    later than ``OVERDUE_TOLERANCE`` counting only time a beat was alive, past its grace."""
     if not beat_alive(now):
         return []  # no_beat says it; every schedule being late is its consequence
-    limit = now - conf.settings.OVERDUE_TOLERANCE
+    s = conf.settings
+    # R27: lateness counts only while a beat was alive and past its startup grace.
+    covered = coverage.after_grace(
+        coverage.lifetimes(now, s.HEARTBEAT_STALE_AFTER), s.STARTUP_GRACE
+    )
+    # Late by more than the tolerance: more than it of such time since the next fire.
+    limit = coverage.duration_bound(covered, now, s.OVERDUE_TOLERANCE + _US)
+    if limit is None:
+        return []  # no beat has been up that long yet
+    limit += _US
     rows = active_schedules().filter(next_fire_at__lt=limit).order_by("next_fire_at")
     return each_row(
         rows,
@@ -144,6 +165,7 @@ FINDERS: tuple[Callable[[dt.datetime], list[Finding]], ...] = (
     find_lost,
     find_unresolved,
     find_no_news,
+    find_untracked,
     find_unpublishable,
     find_no_success,
     find_bad_rows,

@@ -132,11 +132,11 @@ def allowed_fires(spec: timing.Spec, since: dt.datetime, until: dt.datetime) -> 
 def find_overfired(since: dt.datetime, until: dt.datetime) -> list[Overfire]:
     """R18: schedules whose scheduler-made fires exceed 1.5x what their period allows.
 
-    Manual fires are a person's doing and are not counted against the schedule.
+    Manual fires and backfills are a person's doing and are not counted against the schedule.
     """
     counts = (
         fires_in(since, until)
-        .exclude(reason=Reason.MANUAL)
+        .exclude(reason__in=(Reason.MANUAL, Reason.BACKFILL))
         .values("schedule_id", "reason")
         .annotate(n=Count("id"))
     )

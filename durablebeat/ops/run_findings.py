@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
+from django.apps import apps
 from django.db import DatabaseError
-from django.db.models import Count, Max, Min, Q, QuerySet
+from django.db.models import Count, Exists, Max, Min, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce
 
 from .. import conf
@@ -17,6 +19,8 @@ from ..core import clock, timing
 from ..core.policy import hard_limit
 from ..enums import Kind, RunState
 from ..models import TIMING_FIELDS, Run, Schedule
+from ..worker.completion import UNTRACKED
+from . import coverage
 from .findings import Finding, active_schedules, ago, unreadable_row
 
 # --- runs ---------------------------------------------------------------------------------
@@ -113,15 +117,18 @@ UNRESOLVED_STATES = (RunState.CLAIMED, RunState.STARTED)
 def find_no_news(now: dt.datetime) -> list[Finding]:
     """R22: runs published that no worker started within the no-news bound (a message the
     broker lost, a queue nobody consumes), reported when they stop holding their schedule,
-    and for ``CHECK_LOOKBACK`` after, unless later news resolved them."""
+    and for ``CHECK_LOOKBACK`` after, unless later news resolved them. A run the result
+    backend shows executed is not one: ``find_untracked`` says what it is."""
     s = conf.settings
     runs = _per_schedule(
-        Run.objects.filter(
-            Q(state=RunState.NO_NEWS, claimed_at__gte=now - s.CHECK_LOOKBACK)
-            # A schedule's countdown delays its bound (R25): the no-news round marks those
-            # runs when it is past, and they are reported from then.
-            | Q(state=RunState.PUBLISHED, published_at__lt=now - s.NO_NEWS_AFTER)
-            & ~Q(schedule__countdown__gt=0)
+        _without_backend_news(
+            Run.objects.filter(
+                Q(state=RunState.NO_NEWS, claimed_at__gte=now - s.CHECK_LOOKBACK)
+                # A schedule's countdown delays its bound (R25): the no-news round marks
+                # those runs when it is past, and they are reported from then.
+                | Q(state=RunState.PUBLISHED, published_at__lt=now - s.NO_NEWS_AFTER)
+                & ~Q(schedule__countdown__gt=0)
+            )
         ),
         Min(Coalesce("published_at", "claimed_at")),
     )
@@ -134,6 +141,61 @@ def find_no_news(now: dt.datetime) -> list[Finding]:
             g["schedule__name"],
         )
         for g in runs
+    ]
+
+
+# --- a worker that runs the tasks but does not report them -------------------------------
+
+
+#: result backend states that say a worker took the message
+EXECUTED = ("STARTED", "SUCCESS", "FAILURE", "RETRY", "REVOKED")
+
+
+def _task_results() -> Any:
+    """django-celery-results' TaskResult model when it is installed, else None."""
+    try:
+        return apps.get_model("django_celery_results", "TaskResult")
+    except LookupError:
+        return None
+
+
+def _backend_news() -> Any:
+    """A run whose task the result backend (django-celery-results) shows taken by a worker."""
+    model = _task_results()
+    if model is None:
+        return None
+    return Exists(model.objects.filter(task_id=OuterRef("task_id"), status__in=EXECUTED))
+
+
+def _without_backend_news(runs: QuerySet[Run]) -> QuerySet[Run]:
+    news = _backend_news()
+    return runs if news is None else runs.exclude(news)
+
+
+def find_untracked(now: dt.datetime) -> list[Finding]:
+    """Runs a worker executed that no worker reported (R13, R27): the result backend says
+    the task ran (a django-celery-results row, or the reconciliation already applied one),
+    but no worker sent the start that names it. The worker process is running without
+    durablebeat's tracking: every run looks like a lost message (``no_news``), ``skip``
+    schedules wait out the no-news bound on every slot, completions come late or never."""
+    s = conf.settings
+    since = now - s.CHECK_LOOKBACK
+    reconciled = Q(detail=UNTRACKED, finished_at__gte=since)
+    waiting = Q(state__in=(RunState.PUBLISHED, RunState.NO_NEWS), claimed_at__gte=since)
+    news = _backend_news()
+    runs = Run.objects.exclude(task_id=None)
+    runs = runs.filter(reconciled) if news is None else runs.filter(reconciled | (waiting & news))
+    groups = _per_schedule(runs, Max("claimed_at"))
+    return [
+        Finding(
+            "untracked_worker",
+            f"{g['schedule__name']}: {g['n']} run(s) executed (the result backend says so) "
+            f"that no worker reported, the latest claimed {ago(g['at'], now)} ago: "
+            "durablebeat is likely not in the worker's INSTALLED_APPS, or its task signals "
+            "are not connected in the worker process; restart the worker with it",
+            g["schedule__name"],
+        )
+        for g in groups
     ]
 
 
@@ -160,18 +222,32 @@ def find_unpublishable(now: dt.datetime) -> list[Finding]:
     ]
 
 
-def no_success_bound(spec: timing.Spec, until: dt.datetime, periods: int) -> dt.datetime | None:
+def no_success_bound(
+    spec: timing.Spec,
+    until: dt.datetime,
+    periods: int,
+    covered: Sequence[coverage.Stretch] | None = None,
+) -> dt.datetime | None:
     """A schedule counted from ``since`` has ``periods`` slots in (since, until] exactly when
     ``since < bound``: its ``periods``-th latest slot at or before ``until``. None for a
     one-off, for a crontab without that many slots in the last 45 years, and for an interval
-    whose periods reach back before year 1 (no row is that old)."""
+    whose periods reach back before year 1 (no row is that old).
+
+    ``covered``: count only slots (an interval: only time) inside these stretches, when a
+    beat was alive and past its startup grace (R27); None counts all time."""
     if isinstance(spec, timing.Interval):
         try:
-            return until - periods * spec.every + dt.timedelta(microseconds=1)
+            need = periods * spec.every
+            if covered is not None:
+                bound = coverage.duration_bound(covered, until, need)
+                return None if bound is None else bound + dt.timedelta(microseconds=1)
+            return until - need + dt.timedelta(microseconds=1)
         except OverflowError:
             return None
     if isinstance(spec, timing.Clocked | timing.Custom):  # a custom one's periods: unknown
         return None
+    if covered is not None:
+        return coverage.slot_bound(spec, covered, until, periods)
     window = dt.timedelta(days=1)
     while window <= dt.timedelta(days=16384):
         slots = list(timing.slots_between(spec, until - window, until))
@@ -182,7 +258,10 @@ def no_success_bound(spec: timing.Spec, until: dt.datetime, periods: int) -> dt.
 
 
 def _bound_or_error(
-    timing_values: tuple[Any, ...], until: dt.datetime, periods: int
+    timing_values: tuple[Any, ...],
+    until: dt.datetime,
+    periods: int,
+    covered: Sequence[coverage.Stretch],
 ) -> dt.datetime | Exception | None:
     """``no_success_bound`` of one timing; the exception when its math cannot be done."""
     try:
@@ -190,7 +269,7 @@ def _bound_or_error(
     except timing.InvalidSchedule:
         return None  # beat sets the row aside; bad_row says so
     try:
-        return no_success_bound(spec, until, periods)
+        return no_success_bound(spec, until, periods, covered)
     except Exception as exc:  # R21: the row is named, the other rows are still checked
         return exc
 
@@ -213,9 +292,11 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
 
     Counted from its last success (or, never having succeeded, from its creation plus the
     startup grace; never from before it was last enabled again, plus the grace) up to
-    ``now - OVERDUE_TOLERANCE`` so that a run of the latest slot has time to finish. It
-    catches a job that fails every time, and one whose next fire keeps
-    moving away (the restart-starvation story) although nothing looks overdue.
+    ``now - OVERDUE_TOLERANCE`` so that a run of the latest slot has time to finish. Only
+    periods that passed while a beat was alive and past its startup grace count (R27): a
+    deploy or an outage is not a failure streak, ``no_beat`` reports it. It catches a job
+    that fails every time, and one whose next fire keeps moving away (the
+    restart-starvation story) although nothing looks overdue.
 
     The schedule math runs once per distinct timing, not per row: with one schedule per
     tenant, 100,000 rows share a handful of timings (benchmarks/check_cost.py).
@@ -223,6 +304,7 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
     s = conf.settings
     periods = s.NO_SUCCESS_PERIODS
     until = now - s.OVERDUE_TOLERANCE
+    alive = coverage.lifetimes(now, s.HEARTBEAT_STALE_AFTER)
     bounds: dict[tuple[Any, ...], dt.datetime | Exception | None] = {}
     failing: list[int] = []
     findings = []
@@ -242,14 +324,16 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
     for pk, name, completed, created, enabled, grace, *timing_values in rows.iterator(
         chunk_size=5000
     ):
-        key = tuple(timing_values)
+        grace = grace or s.STARTUP_GRACE
+        key = (*timing_values, grace)
         if key not in bounds:
-            bounds[key] = _bound_or_error(key, until, periods)
+            covered = coverage.after_grace(alive, grace)
+            bounds[key] = _bound_or_error(tuple(timing_values), until, periods, covered)
         bound = bounds[key]
         if isinstance(bound, Exception):
             findings.append(unreadable_row(name, "its no-success bound", bound))
             continue
-        since = _periods_start(completed, created, enabled, grace or s.STARTUP_GRACE)
+        since = _periods_start(completed, created, enabled, grace)
         if bound is not None and since < bound:
             failing.append(pk)
     failing_rows = itertools.chain.from_iterable(

@@ -122,6 +122,7 @@ STYLES = {
         Style("skipped", "skipped: the previous run was still going", "bar", "#E69F00"),
         Style("unresolved", "still running or unresolved", "ring", "#56B4E9"),
         Style("manual", "fired by hand", "triangle-up", "#F0E442"),
+        Style("backfill", "missed, then backfilled by hand", "hexagon", "#000000"),
         Style("catch_up", "caught up at boot", "diamond", "#0072B2"),
         Style("succeeded", "succeeded", "circle", "#009E73"),
     )
@@ -136,6 +137,8 @@ def mark_kind(state: str, reason: str) -> str:
         return str(state)
     if reason == Reason.MANUAL:
         return "manual"
+    if reason == Reason.BACKFILL:
+        return "backfill"
     if reason == Reason.CATCH_UP:
         return "catch_up"
     if state == RunState.SUCCEEDED:

@@ -57,6 +57,13 @@ class Finished:
     started_at: dt.datetime | None = None
     soft_time_limit_exceeded: bool = False
     error: str = ""
+    #: read from the result backend by the reconciliation, not sent by a worker (R13)
+    from_backend: bool = False
+
+
+#: the detail of a run the result backend finished that no worker ever reported started:
+#: its worker runs without durablebeat's tracking (``check`` finding ``untracked_worker``)
+UNTRACKED = "executed per the result backend; no worker reported it"
 
 
 def start(event: Started) -> bool:
@@ -92,6 +99,8 @@ def finish(event: Finished) -> bool:
     }
     with transaction.atomic():
         runs = Run.objects.filter(task_id=event.task_id, state__in=COMPLETABLE)
+        if event.from_backend and runs.filter(started_at__isnull=True).exists():
+            changes["detail"] = UNTRACKED  # a worker ran it, none said so (R27)
         schedule_id = runs.values_list("schedule_id", flat=True).first()
         if schedule_id is None or not runs.update(**changes):
             return False

@@ -197,11 +197,11 @@ def _finished_from_backend(backend: Any, task_id: str, now: dt.datetime) -> Any:
     if done_at.tzinfo is None:
         done_at = done_at.replace(tzinfo=dt.UTC)
     if status == "SUCCESS":
-        return completion.Finished(task_id, done_at, succeeded=True)
+        return completion.Finished(task_id, done_at, succeeded=True, from_backend=True)
     result = meta.get("result")
     error = f"{type(result).__name__}: {result}" if isinstance(result, BaseException) else ""
     error = error or f"{status}: {result!r}"
-    return completion.Finished(task_id, done_at, succeeded=False, error=error)
+    return completion.Finished(task_id, done_at, succeeded=False, error=error, from_backend=True)
 
 
 # --- step 2: reclaim (R15) -------------------------------------------------------------------

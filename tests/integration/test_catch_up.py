@@ -154,3 +154,36 @@ def test_housekeeping_publish_is_given_up_at_its_next_slot_and_recorded_missed(
     first = Run.objects.get(slot=t0)
     assert first.state == RunState.MISSED and "broker unreachable" in first.detail
     assert publisher.slots() == [t0 + 20 * S]  # the next slot goes out; the old one does not
+
+
+# --- exact ranges (R8, R27): no slot of a MissedSlots range has a run -----------------------
+
+
+def _no_run_in_a_missed_range(row: Schedule) -> None:
+    for missed in MissedSlots.objects.filter(schedule=row):
+        ran = Run.objects.filter(
+            schedule=row, slot__gte=missed.first_slot, slot__lte=missed.last_slot
+        ).exclude(state=RunState.MISSED)
+        assert not ran.exists(), (missed.first_slot, missed.last_slot, list(ran.values("slot")))
+
+
+def test_a_catch_up_range_ends_before_the_slot_that_was_caught_up(
+    make_engine, make_schedule, publisher, t0
+):
+    row = minutely(make_schedule, "digest", True, t0)
+    make_engine().tick(t0 + 2 * M + 30 * S)
+    assert [(c.slot, c.reason) for c in publisher.claims] == [(t0 + 2 * M, Reason.CATCH_UP)]
+    missed = MissedSlots.objects.get()
+    assert (missed.count, missed.first_slot, missed.last_slot) == (2, t0, t0 + M)
+    _no_run_in_a_missed_range(row)
+
+
+def test_a_late_slot_after_a_gap_fires_as_scheduled_and_only_older_ones_are_missed(
+    make_engine, make_schedule, publisher, t0
+):
+    row = minutely(make_schedule, "sync", False, t0)
+    make_engine().tick(t0 + 3 * M + 5 * S)  # 5 s late for 12:03: late, not missed (R8)
+    assert [(c.slot, c.reason) for c in publisher.claims] == [(t0 + 3 * M, Reason.SCHEDULED)]
+    missed = MissedSlots.objects.get()
+    assert (missed.count, missed.first_slot, missed.last_slot) == (3, t0, t0 + 2 * M)
+    _no_run_in_a_missed_range(row)

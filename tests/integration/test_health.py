@@ -16,8 +16,9 @@ from django.test import override_settings
 from durablebeat.beat.claims import UNPUBLISHABLE
 from durablebeat.enums import RunState
 from durablebeat.management.commands.durablebeat import Command as DurablebeatCommand
-from durablebeat.models import Schedule
+from durablebeat.models import Boot, Schedule
 from durablebeat.ops import health, run_findings
+from durablebeat.worker import completion
 
 pytestmark = pytest.mark.django_db
 
@@ -28,8 +29,8 @@ H = dt.timedelta(hours=1)
 
 @pytest.fixture
 def alive(make_boot, t0):
-    """A beat that is running now."""
-    return make_boot(started_at=t0 - H, heartbeat_at=t0 - 5 * S)
+    """A beat that is running now, and has been for longer than any period counted here."""
+    return make_boot(started_at=t0 - 60 * 24 * H, heartbeat_at=t0 - 5 * S)
 
 
 @pytest.fixture
@@ -84,9 +85,53 @@ def test_stale_heartbeat_is_critical_naming_the_host(make_boot, t0):
 
 def test_stopped_boot_is_not_alive_even_with_a_fresh_heartbeat(make_boot, t0):
     make_boot(started_at=t0 - H, heartbeat_at=t0 - 2 * S, stopped_at=t0 - 2 * S)
-    [finding] = health.findings(t0)
-    assert finding.code == "no_beat"
-    assert "stopped" in finding.message
+    assert not health.beat_alive(t0)
+
+
+# --- deploys (R27) ------------------------------------------------------------------------
+
+
+def test_a_clean_stop_is_quiet_within_the_deploy_grace(make_boot, t0):
+    """The issue's alert per merge: a clean stop 35 s ago is a deploy, not an outage."""
+    make_boot(started_at=t0 - H, heartbeat_at=t0 - 35 * S, stopped_at=t0 - 35 * S)
+    assert codes(t0) == []
+    assert codes(t0 + 85 * S) == []  # at the bound (120 s): still quiet
+
+
+def test_a_clean_stop_with_no_successor_past_the_deploy_grace_is_critical(make_boot, t0):
+    make_boot(started_at=t0 - H, heartbeat_at=t0, stopped_at=t0, hostname="web-7")
+    [finding] = health.findings(t0 + 2 * MIN + S)
+    assert (finding.code, finding.severity) == ("no_beat", health.Severity.CRITICAL)
+    assert "web-7" in finding.message and "stopped 2 min ago" in finding.message
+    assert "deploy grace (2 min)" in finding.message
+
+
+def test_a_successor_booted_within_the_grace_is_quiet_after_it(make_boot, t0):
+    make_boot(started_at=t0 - H, heartbeat_at=t0, stopped_at=t0)
+    make_boot(started_at=t0 + 20 * S, heartbeat_at=t0 + 3 * MIN)
+    assert codes(t0 + 3 * MIN) == []
+
+
+@pytest.mark.parametrize("quiet_for", [0, 30, 600])
+def test_the_deploy_grace_follows_the_setting(settings, make_boot, t0, quiet_for):
+    settings.DURABLEBEAT_DEPLOY_GRACE = quiet_for
+    make_boot(started_at=t0 - H, heartbeat_at=t0, stopped_at=t0)
+    assert codes(t0 + quiet_for * S) == []
+    assert codes(t0 + quiet_for * S + S) == ["no_beat"]
+
+
+def test_a_beat_gone_without_stopping_keeps_the_heartbeat_bound(make_boot, t0):
+    """No clean stop: a crash, not a deploy. The deploy grace does not apply: critical once
+    the heartbeat is older than HEARTBEAT_STALE_AFTER (60 s), as before."""
+    make_boot(started_at=t0 - H, heartbeat_at=t0)
+    assert codes(t0 + 60 * S) == []
+    assert codes(t0 + 61 * S) == ["no_beat"]
+
+
+def test_a_successor_that_died_without_stopping_is_critical_inside_the_grace(make_boot, t0):
+    make_boot(started_at=t0 - H, heartbeat_at=t0, stopped_at=t0)
+    make_boot(started_at=t0 + 5 * S, heartbeat_at=t0 + 6 * S)  # crashed at once
+    assert codes(t0 + 70 * S) == ["no_beat"]
 
 
 def test_fresh_heartbeat_is_alive(alive, t0):
@@ -173,6 +218,62 @@ def test_published_and_never_started_past_the_no_news_bound_is_no_news(healthy, 
     assert (finding.code, finding.severity) == ("no_news", health.Severity.WARNING)
     assert finding.schedule == "minutely" and "no worker started" in finding.message
     assert health.exit_code([finding]) == 1
+
+
+# --- a worker without durablebeat's tracking (R13, R27) ------------------------------------
+
+
+def _task_result(run, status):
+    from django_celery_results.models import TaskResult
+
+    TaskResult.objects.create(task_id=run.task_id, status=status)
+
+
+@pytest.mark.parametrize("state", [RunState.PUBLISHED, RunState.NO_NEWS])
+@pytest.mark.parametrize("status", ["SUCCESS", "FAILURE", "STARTED"])
+def test_runs_the_result_backend_shows_executed_are_untracked_worker_not_no_news(
+    healthy, make_run, t0, state, status
+):
+    """The issue's wrong diagnosis: a worker without durablebeat in INSTALLED_APPS ran the
+    task (the result backend says so) and check said "message lost by the broker"."""
+    run = make_run(healthy, t0 - 3 * MIN, state=state, published_at=t0 - 3 * MIN)
+    _task_result(run, status)
+    [finding] = health.findings(t0)
+    assert (finding.code, finding.severity) == ("untracked_worker", health.Severity.WARNING)
+    assert finding.schedule == "minutely"
+    assert "no worker reported" in finding.message and "INSTALLED_APPS" in finding.message
+
+
+def test_a_pending_result_is_no_evidence_and_stays_no_news(healthy, make_run, t0):
+    run = make_run(healthy, t0 - 3 * MIN, state=RunState.PUBLISHED, published_at=t0 - 3 * MIN)
+    _task_result(run, "PENDING")
+    assert codes(t0) == ["no_news"]
+
+
+def test_a_run_finished_by_the_reconciliation_with_no_start_is_untracked(healthy, make_run, t0):
+    run = make_run(healthy, t0 - 8 * MIN, state=RunState.PUBLISHED, published_at=t0 - 8 * MIN)
+    event = completion.Finished(run.task_id, t0 - 7 * MIN, succeeded=True, from_backend=True)
+    assert completion.finish(event)
+    assert codes(t0) == ["untracked_worker"]
+    assert codes(t0 + 25 * H) == ["no_beat"]  # past the look-back (and the beat's heartbeat)
+
+
+def test_a_started_run_finished_by_the_reconciliation_is_not_untracked(healthy, make_run, t0):
+    """A worker that reported the start and was then killed (a hard time limit: only the
+    result backend tells the end, R12) is tracked."""
+    run = make_run(
+        healthy, t0 - 8 * MIN, state=RunState.STARTED, started_at=t0 - 8 * MIN, worker="w@h"
+    )
+    event = completion.Finished(run.task_id, t0 - 7 * MIN, succeeded=False, from_backend=True)
+    assert completion.finish(event)
+    assert codes(t0) == []
+
+
+def test_a_completion_a_worker_sent_is_not_untracked(healthy, make_run, t0):
+    """A worker that dropped an expired message reports it (revoked) without a start."""
+    run = make_run(healthy, t0 - 3 * MIN, state=RunState.PUBLISHED, published_at=t0 - 3 * MIN)
+    assert completion.finish(completion.Finished(run.task_id, t0 - 2 * MIN, succeeded=False))
+    assert codes(t0) == []
 
 
 def test_a_slot_whose_message_was_refused_is_reported_by_name(healthy, make_run, t0):
@@ -281,6 +382,7 @@ def test_a_schedule_enabled_again_counts_its_periods_from_then(
     assert codes(t0) == ["no_success"]
     Schedule.objects.filter(pk=row.pk).update(enabled_at=t0)
     assert run_findings.find_no_success(t0 + 10 * MIN) == []
+    Boot.objects.filter(pk=alive.pk).update(heartbeat_at=t0 + 5 * H)  # beat still running
     assert len(run_findings.find_no_success(t0 + 5 * H)) == 1
 
 
@@ -291,6 +393,83 @@ def test_crontab_no_success_counts_its_slots(alive, make_schedule, created_at, t
     assert codes(t0) == []  # two slots since: 10:00, 11:00 (12:00 is within the tolerance)
     Schedule.objects.filter(pk=row.pk).update(last_completed_at=t0 - 4 * H)
     assert codes(t0) == ["no_success"]
+
+
+# --- only time a beat was alive counts (R27) -----------------------------------------------
+
+
+@pytest.fixture
+def deploy(make_boot, make_schedule, created_at, t0):
+    """A 10-s job that succeeded until a clean stop at t0; the next beat boots 2 min later."""
+    make_boot(started_at=t0 - 30 * 24 * H, heartbeat_at=t0, stopped_at=t0)
+    row = make_schedule("ten-s", every=10, next_fire_at=t0 + 5 * S, last_completed_at=t0 - S)
+    created_at(row, t0 - 24 * H)
+    return row
+
+
+def _successor(make_boot, started_at, now):
+    return make_boot(started_at=started_at, heartbeat_at=now - S)
+
+
+def _beat_runs_it(row, boot, now, t0, succeeds):
+    """What the beat booted at t0 + 2 min does to the row by ``now``: at boot the overdue
+    slot waits for the startup grace (R2: t0 + 3 min); then it fires every 10 s."""
+    Boot.objects.filter(pk=boot.pk).update(heartbeat_at=now - S)
+    first = t0 + 3 * MIN
+    fired = [first + n * 10 * S for n in range(100) if first + n * 10 * S <= now]
+    changes = {"next_fire_at": fired[-1] + 10 * S if fired else first}
+    if succeeds and fired and now - fired[-1] >= S:
+        changes["last_completed_at"] = fired[-1] + S
+    Schedule.objects.filter(pk=row.pk).update(**changes)
+
+
+def test_a_two_minute_deploy_with_a_ten_second_interval_raises_nothing(deploy, make_boot, t0):
+    """The issue's false warning: downtime and startup grace counted as periods (no_success
+    said so from t0 + 2 min 31 s until the first fire after the grace succeeded)."""
+    boot = _successor(make_boot, t0 + 2 * MIN, t0 + 2 * MIN)
+    for now in (t0 + n * 5 * S for n in range(24, 73)):  # t0 + 2 min .. t0 + 6 min
+        _beat_runs_it(deploy, boot, now, t0, succeeds=True)
+        assert codes(now) == [], now
+
+
+def test_a_failure_streak_after_a_deploy_is_still_reported(deploy, make_boot, t0):
+    """Three periods (30 s) of beat time with no success: the 1 s before the stop, and
+    29 s past the new beat's grace (t0 + 3 min), reached once the tolerance (120 s) passed."""
+    now = t0 + 3 * MIN + 29 * S + 2 * MIN
+    boot = _successor(make_boot, t0 + 2 * MIN, now)
+    _beat_runs_it(deploy, boot, now - S, t0, succeeds=False)
+    assert codes(now - S) == []
+    _beat_runs_it(deploy, boot, now, t0, succeeds=False)
+    assert codes(now) == ["no_success"]
+
+
+def test_time_with_no_beat_alive_does_not_count_toward_no_success(make_boot, deploy, t0):
+    """A beat gone without stopping: its silence until the next boot is not counted."""
+    Boot.objects.update(stopped_at=None)
+    boot = _successor(make_boot, t0 + 2 * MIN, t0 + 2 * MIN)
+    _beat_runs_it(deploy, boot, t0 + 5 * MIN + 28 * S, t0, succeeds=False)
+    assert codes(t0 + 5 * MIN + 28 * S) == []  # 1 s + 28 s of beat time: not 3 periods
+
+
+def test_a_beat_alive_throughout_counts_every_period(make_boot, deploy, t0):
+    """The same silence with a beat alive all along is a failure streak."""
+    Boot.objects.update(stopped_at=None, heartbeat_at=t0 + 3 * MIN)
+    Schedule.objects.update(next_fire_at=t0 + 3 * MIN)
+    assert codes(t0 + 3 * MIN) == ["no_success"]
+
+
+def test_overdue_counts_only_time_a_beat_was_alive_past_its_grace(make_boot, make_schedule, t0):
+    """After a 5-min outage the new beat is alive, but the crontab it has not yet moved on is
+    not starved: it becomes overdue only once the beat has had tolerance past its grace."""
+    make_boot(started_at=t0 - 30 * 24 * H, heartbeat_at=t0, stopped_at=t0)
+    make_schedule("cron", kind="crontab", minute="*", next_fire_at=t0 + MIN)
+    boot = _successor(make_boot, t0 + 5 * MIN, t0 + 5 * MIN)
+    edge = t0 + 5 * MIN + MIN + 2 * MIN  # boot + grace (60 s) + tolerance (120 s)
+    for now in (t0 + 5 * MIN + S, edge - S, edge):
+        Boot.objects.filter(pk=boot.pk).update(heartbeat_at=now - S)
+        assert codes(now) == [], now
+    Boot.objects.filter(pk=boot.pk).update(heartbeat_at=edge)
+    assert codes(edge + S) == ["overdue"]
 
 
 # --- bad rows -----------------------------------------------------------------------------
@@ -390,6 +569,7 @@ def test_every_finding_at_once_each_with_its_documented_severity(
     make_run(starved, t0 - 30 * MIN, state=RunState.PUBLISHED, published_at=t0 - 30 * MIN)
     refused = f"{UNPUBLISHABLE}: OverflowError: expires"
     make_run(starved, t0 - 20 * MIN, state=RunState.FAILED, finished_at=t0, detail=refused)
+    make_run(starved, t0 - 40 * MIN, finished_at=t0 - 30 * MIN, detail=completion.UNTRACKED)
     broken = make_schedule("broken", every=60)
     Schedule.objects.filter(pk=broken.pk).update(error="every: bad")
     from durablebeat.beat import dberrors

@@ -200,3 +200,17 @@ def test_the_real_scheduler_boots_the_whole_corpus_and_fires_it():
         "kolkata/quarter-hours",
         "no-zone/custom-weekday-quarters",
     } <= fired
+
+
+def test_a_custom_schedule_is_not_backfilled(make_engine):
+    """R25, R27: only the object knows a custom schedule's slots, and late ones fire once
+    instead of being counted missed: a backfill of it is refused, naming why."""
+    from durablebeat.ops import backfill
+
+    engine = make_engine(
+        {"quarters": {"task": TASK, "schedule": corpus.EveryQuarterHourOnWeekdays()}}
+    )
+    with time_machine.travel(T0, tick=False):
+        engine.tick(T0)
+    with pytest.raises(backfill.BackfillRefused, match="custom schedule"):
+        backfill.backfill("quarters", T0 - dt.timedelta(hours=2), T0 - dt.timedelta(hours=1), T0)

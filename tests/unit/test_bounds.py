@@ -199,6 +199,8 @@ def test_the_ranges_keep_all_date_arithmetic_finite():
         ("METRICS_TOKEN", 5),
         ("MAX_MESSAGE_BYTES", 10),
         ("MAX_MESSAGE_BYTES", 10**12),
+        ("DEPLOY_GRACE", -1),
+        ("DEPLOY_GRACE", dt.timedelta(days=2)),
     ],
 )
 def test_a_bad_setting_is_refused_on_access_and_by_e002_naming_it(settings, name, value):

@@ -15,8 +15,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "docs" / "CONTRACT.md"
-RULES = range(1, 27)  # R1..R26
-SECTIONS = range(1, 10)  # §1..§9
+RULES = range(1, 28)  # R1..R27
+SECTIONS = range(1, 11)  # §1..§10
 
 RULE_DEFINITION = re.compile(r"^- \*\*R(\d+)\*\* ", re.MULTILINE)
 SECTION_DEFINITION = re.compile(r"^## §(\d+) ", re.MULTILINE)
@@ -86,7 +86,7 @@ def text_files() -> list[Path]:
     return found
 
 
-def test_rules_r1_to_r26_are_each_defined_once_in_order():
+def test_rules_r1_to_r27_are_each_defined_once_in_order():
     numbers = defined(RULE_DEFINITION)
     missing = sorted(set(RULES) - set(numbers))
     repeated = sorted({n for n in numbers if numbers.count(n) > 1})
@@ -95,7 +95,7 @@ def test_rules_r1_to_r26_are_each_defined_once_in_order():
     assert numbers == sorted(numbers), f"rules out of order in docs/CONTRACT.md: {numbers}"
 
 
-def test_sections_1_to_9_are_each_defined_once_in_order():
+def test_sections_1_to_10_are_each_defined_once_in_order():
     numbers = defined(SECTION_DEFINITION)
     assert numbers == list(SECTIONS), f"docs/CONTRACT.md sections: {numbers}"
 

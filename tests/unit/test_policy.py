@@ -116,3 +116,62 @@ def test_slot_within_late_after_fires_as_scheduled(late):
 def test_the_no_news_bound_counts_from_the_messages_eta(expires, countdown, bound):
     after = dt.timedelta(seconds=120)
     assert no_news_bound(expires, after, countdown) == dt.timedelta(seconds=bound)
+
+
+# --- exact missed ranges (R8, R27): a slot that fires is never in the range ----------------
+
+
+def _range(action):
+    missed = action.missed
+    return None if missed is None else (missed.count, missed.first, missed.last)
+
+
+def test_catch_up_range_ends_at_the_slot_before_the_one_caught_up():
+    """The issue's record: "count=1 first=20:18 last=20:19" where 20:19 fired as catch-up."""
+    action = decide(due(MINUTELY, T0, catch_up=True), T0 + M + 30 * S, LATE, False)
+    assert (action.slot, action.reason) == (T0 + M, Reason.CATCH_UP)
+    assert _range(action) == (1, T0, T0)
+
+
+def test_catch_up_of_the_only_missed_slot_records_no_range():
+    action = decide(due(MINUTELY, T0, catch_up=True), T0 + 30 * S, LATE, False)
+    assert (action.slot, action.reason, action.missed) == (T0, Reason.CATCH_UP, None)
+
+
+def test_catch_up_range_of_five_hourly_slots_skips_the_sixth():
+    hourly = timing.Crontab(minute="0")
+    action = decide(
+        due(hourly, T0, catch_up=True, window=2 * 60 * M), T0 + 5 * 60 * M + M, LATE, False
+    )
+    assert action.slot == T0 + 5 * 60 * M
+    assert _range(action) == (5, T0, T0 + 4 * 60 * M)
+
+
+def test_skip_forward_range_is_every_slot_that_passed():
+    action = decide(due(MINUTELY, T0), T0 + 2 * M + 30 * S, LATE, False)
+    assert isinstance(action, Miss)
+    assert _range(action) == (3, T0, T0 + 2 * M)
+
+
+@pytest.mark.parametrize("late", [0 * S, 5 * S, 10 * S])
+def test_latest_slot_only_late_fires_as_scheduled_and_is_not_missed(late):
+    """R8: a slot due less than LATE_AFTER ago is late, not missed, even after a gap."""
+    action = decide(due(MINUTELY, T0), T0 + 3 * M + late, LATE, False)
+    assert (action.slot, action.reason) == (T0 + 3 * M, Reason.SCHEDULED)
+    assert _range(action) == (3, T0, T0 + 2 * M)
+    assert action.next_fire_at == T0 + 4 * M
+
+
+def test_latest_slot_just_past_late_after_is_missed():
+    action = decide(due(MINUTELY, T0), T0 + 3 * M + LATE + S, LATE, False)
+    assert isinstance(action, Miss) and _range(action) == (4, T0, T0 + 3 * M)
+
+
+def test_an_outage_of_a_day_past_the_window_is_one_exact_range():
+    now = T0 + 24 * 60 * M + 30 * S
+    action = decide(due(MINUTELY, T0, catch_up=True), now, LATE, False)
+    assert (action.slot, action.reason) == (T0 + 24 * 60 * M, Reason.CATCH_UP)
+    assert _range(action) == (24 * 60, T0, T0 + 24 * 60 * M - M)
+    action = decide(due(MINUTELY, T0, catch_up=True), now, LATE, True)  # caught up already
+    assert isinstance(action, Miss)
+    assert _range(action) == (24 * 60 + 1, T0, T0 + 24 * 60 * M)

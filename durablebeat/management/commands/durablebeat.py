@@ -1,11 +1,12 @@
-"""``manage.py durablebeat check | report | status | import-django-celery-beat``.
+"""``manage.py durablebeat check | report | status | import-django-celery-beat | backfill``.
 
 Thin: parse the arguments, call the library functions (``health``, ``report``,
-``importer``) that the tests call directly, print their words.
+``importer``, ``backfill``) that the tests call directly, print their words.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -13,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import conf, dbclock
 from ...core import clock
-from ...ops import health, importer, report, status, words
+from ...ops import backfill, health, importer, report, status, words
 
 
 def _duration(text: str) -> Any:
@@ -21,6 +22,15 @@ def _duration(text: str) -> Any:
         return words.parse_duration(text)
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
+
+
+def _instant(text: str) -> dt.datetime:
+    """ISO 8601; without an offset it is UTC."""
+    try:
+        at = dt.datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise CommandError(f"not an ISO 8601 date and time: {text!r}") from exc
+    return at if at.tzinfo is not None else at.replace(tzinfo=dt.UTC)
 
 
 class Command(BaseCommand):
@@ -54,6 +64,14 @@ class Command(BaseCommand):
             help="Copy django-celery-beat's periodic tasks into durablebeat.",
         )
         imp.add_argument("--dry-run", action="store_true", help="Print the plan, write nothing.")
+        back = sub.add_parser(
+            "backfill",
+            help="Fire each slot of NAME in [--from, --to] that has no run, once (R27).",
+        )
+        back.add_argument("name", help="The schedule's name.")
+        back.add_argument("--from", dest="since", required=True, help="ISO 8601; UTC if no offset.")
+        back.add_argument("--to", dest="until", required=True, help="ISO 8601; UTC if no offset.")
+        back.add_argument("--dry-run", action="store_true", help="List what would fire.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         checking = options["subcommand"] == "check"
@@ -64,6 +82,7 @@ class Command(BaseCommand):
             "report": self.report,
             "status": self.status,
             "import-django-celery-beat": self.import_,
+            "backfill": self.backfill,
         }[options["subcommand"]]
         dbclock.measure()  # R26: once per call, "now" on the database's clock
         handler(options)
@@ -99,6 +118,17 @@ class Command(BaseCommand):
         try:
             result = importer.run_import(clock.now(), dry_run=options["dry_run"])
         except importer.NotInstalled as exc:
+            raise CommandError(str(exc)) from exc
+        for line in result.lines():
+            self.stdout.write(line)
+
+    def backfill(self, options: dict[str, Any]) -> None:
+        since, until = _instant(options["since"]), _instant(options["until"])
+        try:
+            result = backfill.backfill(
+                options["name"], since, until, clock.now(), dry_run=options["dry_run"]
+            )
+        except backfill.BackfillRefused as exc:
             raise CommandError(str(exc)) from exc
         for line in result.lines():
             self.stdout.write(line)
