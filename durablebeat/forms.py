@@ -166,7 +166,8 @@ class ScheduleForm(_ModelForm):
     kwargs = JSONTextField(dict, 'JSON object, e.g. {"user_id": 7}.')
     headers = JSONTextField(dict, "JSON object of extra message headers.")
     every = FlexibleDurationField(
-        required=False, help_text="Interval schedules: 90s, 5m, 2h, 1d or HH:MM:SS."
+        required=False,
+        help_text="Interval schedules: 90s, 5m, 2h, 1d, HH:MM:SS, or under a second: 0.5s, 200ms.",
     )
     startup_grace = FlexibleDurationField(
         required=False, help_text="Empty: DURABLEBEAT_STARTUP_GRACE (60 s by default)."
