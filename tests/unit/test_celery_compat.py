@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,6 +142,13 @@ def durable_fires(
     return fires
 
 
+def tolerance(fires: list[dt.datetime]) -> dt.timedelta:
+    """``TOLERANCE``, or a tenth of the shortest gap between fires when that is less: a
+    0.5 s interval one second late is not "the same slots" (R25)."""
+    gaps = [b - a for a, b in itertools.pairwise(fires)]
+    return min([TOLERANCE, *(gap / 10 for gap in gaps)])
+
+
 def compare(project: corpus.Project, boot: dt.datetime, folder: Path) -> list[str]:
     until = boot + dt.timedelta(days=400)
     ours_zone = celery_timezone(celery_app(project))
@@ -149,7 +157,7 @@ def compare(project: corpus.Project, boot: dt.datetime, folder: Path) -> list[st
         theirs = celery_fires(corpus.BUILDERS[project.name](), name, boot, until, folder)
         ours = durable_fires({"name": name, "value": value}, ours_zone, boot, until)
         if len(ours) != len(theirs) or any(
-            abs(a - b) > TOLERANCE for a, b in zip(ours, theirs, strict=False)
+            abs(a - b) > tolerance(theirs) for a, b in zip(ours, theirs, strict=False)
         ):
             mismatches.append(
                 f"{project.name}/{name} from {boot.isoformat()}:\n"
@@ -187,6 +195,29 @@ def test_the_comparison_goes_red_when_a_kind_stops_matching(tmp_path, monkeypatc
     project = corpus.BUILDERS["london"]()
     mismatches = compare(project, corpus.STARTS["*"][0][1], tmp_path)
     assert any("relative-entry-hour" in m for m in mismatches)
+
+
+def test_the_comparison_goes_red_when_a_sub_second_interval_fires_off_its_slots(
+    tmp_path, monkeypatch
+):
+    """R25: a 0.5 s interval fires twice a second, as under Celery's beat; one whose slots
+    were rounded up to whole seconds (or a beat that slept MIN_SLEEP past them) differs."""
+    real = timing.advance
+
+    def whole_seconds(spec, deadline, now):
+        nxt = real(spec, deadline, now)
+        if isinstance(spec, timing.Interval) and spec.every < dt.timedelta(seconds=1):
+            return nxt.replace(microsecond=0) + dt.timedelta(seconds=1)
+        return nxt
+
+    monkeypatch.setattr(timing, "advance", whole_seconds)
+    project = corpus.BUILDERS["sub-second"]()
+    mismatches = compare(project, corpus.STARTS["*"][0][1], tmp_path)
+    assert {m.split(" from ")[0] for m in mismatches} == {
+        "sub-second/half-second-float",
+        "sub-second/timedelta-200ms",
+        "sub-second/schedule-250ms",
+    }
 
 
 # --- solar over a year ----------------------------------------------------------------------
