@@ -57,7 +57,7 @@ def test_a_fifty_millisecond_interval_fires_on_each_of_its_slots(make_engine, pu
             clock.move_to(now)
     slots = publisher.slots("poll")
     assert len(slots) >= 17, (slots, sleeps)
-    assert {b - a for a, b in itertools.pairwise(slots)} == {50 * MS}
+    assert {b - a for a, b in itertools.pairwise(slots[1:])} == {50 * MS}, sleeps
     assert min(sleeps) >= MIN_WAKE
 
 
