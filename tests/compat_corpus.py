@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from celery import signature
 from celery.schedules import BaseSchedule, crontab, schedstate, schedule, solar
 from kombu import Exchange, Queue
 
@@ -176,6 +177,13 @@ def _field() -> dict[str, Any]:
             "options": {"queue": "mail", "expires": 3600, "ignore_result": True},
         },
         "sub-second-poll": {"schedule": 0.5, "options": {"expires": 1}},
+        "report-then-notify": {
+            "schedule": crontab(minute=0, hour=7),
+            "options": {
+                "link": signature(TASK, args=("notified",)),
+                "link_error": [signature(TASK, args=("failed",), immutable=True)],
+            },
+        },
     }
 
 

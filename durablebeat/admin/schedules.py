@@ -268,7 +268,13 @@ class ScheduleAdmin(GuardedAdmin):
                     f"{live.PYTHON} a value JSON cannot hold, shown as its repr; every fire "
                     "sends the real values."
                 )
-            if superseded := _superseded_in_code(obj.name):
+            entry = _entry_in_code(obj.name)
+            if links := entry_options.callbacks_shown(entry):
+                note += (
+                    " Every publish passes its entry's callbacks on, as Celery's beat does "
+                    f"(R25): {escape('; '.join(links))}."
+                )
+            if superseded := entry_options.superseded_options(entry):
                 note += (
                     " Celery publish options its entry gives, superseded by beat's own "
                     f"publish (R5, R25): {escape('; '.join(superseded))}."  # shown unescaped
@@ -420,13 +426,13 @@ class ScheduleAdmin(GuardedAdmin):
         return super().change_view(request, object_id, form_url, extra_context)
 
 
-def _superseded_in_code(name: str) -> list[str]:
-    """Read from the app's ``beat_schedule``, code being the source of truth (R6): the
-    publish options beat supersedes are not stored on the row."""
+def _entry_in_code(name: str) -> Any:
+    """A code schedule's ``beat_schedule`` entry, code being the source of truth (R6): its
+    callbacks and the publish options beat supersedes are not stored on the row."""
     from celery import current_app
 
     beat_schedule = current_app._get_current_object().conf.beat_schedule or {}
-    return entry_options.superseded_options(beat_schedule.get(name))
+    return beat_schedule.get(name)
 
 
 def health_context(now: dt.datetime) -> dict[str, Any]:

@@ -23,9 +23,9 @@ from ..core import timing
 from ..enums import Overlap, Source
 from ..models import MESSAGE_FIELDS, MESSAGE_OPTIONS, POLICY_FIELDS, Schedule
 from ..validation import MAX_EVERY, TEXT_OPTIONS, describe_errors, validate_schedule_fields
+from . import entry_options
 from . import live as live_values
 from .entry_options import REFUSED_OPTIONS as REFUSED_OPTIONS  # tests read it here
-from .entry_options import SUPERSEDED_OPTIONS, kombu_entities
 
 logger = logging.getLogger("durablebeat")
 
@@ -199,8 +199,10 @@ def parse_entry(
     if refused := sorted(k for k in options if isinstance(k, str) and k in REFUSED_OPTIONS):
         reasons = "; ".join(f"{key} is refused: {REFUSED_OPTIONS[key]}" for key in refused)
         raise BadEntry(f"{where}: {reasons}")
-    superseded = tuple(sorted(k for k in SUPERSEDED_OPTIONS if options.pop(k, None) is not None))
-    kombu_entities(options)
+    try:
+        superseded, links = entry_options.take_publish_options(options)
+    except entry_options.BadCallback as exc:
+        raise BadEntry(f"{where}: {exc}") from exc
     if unknown := set(options) - {*MESSAGE_OPTIONS, "headers"}:
         raise BadEntry(f"{where}: unsupported options {sorted(unknown, key=repr)}")
     flags = {
@@ -211,7 +213,7 @@ def parse_entry(
     if overlap not in Overlap.values:
         raise BadEntry(f"{where}: overlap must be one of {Overlap.values}, got {overlap!r}")
     message = read.message(options)
-    stored_args, stored_kwargs, live = live_values.split(args or [], kwargs or {})
+    stored_args, stored_kwargs, live = live_values.split(args or [], kwargs or {}, links)
     if live is not None and serializer_of is not None:
         # R25: Celery's beat sends these through the message's serializer (the entry's, else
         # the task's, else the app's); one that cannot carry a value fails at every send

@@ -486,7 +486,9 @@ class Engine:
         args/kwargs (a fire, a retry, an in-doubt resend, a fire from memory) sends its
         entry's real values, the send-time ones computed now, as Celery's beat does."""
         live = self._live.get(claim.schedule)
-        return claim if live is None else claim.with_arguments(*live.evaluate())
+        if live is None:
+            return claim
+        return claim.with_arguments(*live.evaluate(), live.callbacks)
 
     @staticmethod
     def _log_fire(claim: Claim) -> None:

@@ -17,16 +17,6 @@ REFUSED_OPTIONS = {
         "one fixed instant, which every fire of a periodic schedule would share; use the "
         "schedule, or countdown to delay each message"
     ),
-    "link": (
-        "a callback signature is a canvas bound to the process that built it, and durablebeat "
-        "carries no canvas on a schedule yet: call the next task at the end of the task's "
-        "body, or make the scheduled task start a chain"
-    ),
-    "link_error": (
-        "an errback signature is a canvas bound to the process that built it, and durablebeat "
-        "carries no canvas on a schedule yet: handle the error in the task (on_failure), or "
-        "watch the run's failed state (check finding no_success)"
-    ),
     "task_id": "every fire gets its own id, the key of its run in the ledger (R3, R11)",
     "producer": _PROCESS_OBJECT,
     "publisher": _PROCESS_OBJECT,
@@ -74,6 +64,65 @@ def kombu_entities(options: dict[str, Any]) -> None:
         options["exchange"] = exchange.name or ""
         if exchange.type and exchange.name:
             options.setdefault("exchange_type", exchange.type)
+
+
+#: the options whose value is a callback signature (or a list of them): the beat keeps them in
+#: memory with the entry's values (``live.LiveValues``) and passes them on every publish, as
+#: Celery's beat passes them to ``apply_async`` (R25); the admin shows them from the code
+CALLBACK_OPTIONS = ("link", "link_error")
+
+
+class BadCallback(ValueError):
+    """A ``link``/``link_error`` value that is not a signature; the message names it."""
+
+
+def callbacks(options: Mapping[str, Any]) -> dict[str, Any]:
+    """{option: signature or list of signatures} of an entry's ``link``/``link_error``, each
+    checked to be what Celery's ``apply_async`` takes (a ``Signature``, a signature dict with
+    a ``task``, or a list of them). Raises ``BadCallback`` naming the option."""
+    from celery.canvas import Signature
+
+    found: dict[str, Any] = {}
+    for key in CALLBACK_OPTIONS:
+        value = options.get(key)
+        if value is None:
+            continue
+        items = value if isinstance(value, list | tuple) else [value]
+        if not items:
+            continue
+        for item in items:
+            if not (isinstance(item, Signature) or (isinstance(item, Mapping) and "task" in item)):
+                raise BadCallback(
+                    f"{key}: {item!r:.80} must be a task signature (task.s(...), "
+                    "signature('name', ...)) or a list of them, as Celery's apply_async takes"
+                )
+        shown = [Signature.from_dict(dict(i)) if not isinstance(i, Signature) else i for i in items]
+        found[key] = shown if isinstance(value, list | tuple) else shown[0]
+    return found
+
+
+def take_publish_options(options: dict[str, Any]) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """Read out of an entry's ``options`` what is not a stored message option: returns (the
+    superseded publish options it gave, its callbacks); kombu objects become their names.
+    Raises ``BadCallback``."""
+    superseded = tuple(sorted(k for k in SUPERSEDED_OPTIONS if options.pop(k, None) is not None))
+    kombu_entities(options)
+    links = callbacks(options)
+    for key in CALLBACK_OPTIONS:
+        options.pop(key, None)
+    return superseded, links
+
+
+def callbacks_shown(entry: Any) -> list[str]:
+    """``link=record.s(1)``: the callbacks a code entry passes on every publish, for the admin."""
+    options = entry.get("options") if isinstance(entry, Mapping) else None
+    if not isinstance(options, Mapping):
+        return []
+    try:
+        found = callbacks(options)
+    except BadCallback:
+        return []
+    return [f"{key}={value!r:.200}" for key, value in found.items()]
 
 
 def superseded_options(entry: Any) -> list[str]:

@@ -10,7 +10,7 @@ from kombu.exceptions import OperationalError
 from ..core import clock
 from ..enums import Source
 from ..models import Schedule
-from . import live
+from . import entry_options, live
 from .claims import claim_manual, mark_published
 from .due import Claim
 
@@ -69,24 +69,26 @@ def run_now(schedule: Schedule, app: Any | None = None) -> Claim:
 
         app = current_app._get_current_object()
     now = clock.now()
-    values = _code_values(app, schedule)  # computed before the run is written
+    code = _code_values(app, schedule)
+    values = None if code is None else code.evaluate()  # computed before the run is written
     claim = claim_manual(schedule, None, now)
-    if values is not None:
-        claim = claim.with_arguments(*values)
+    if code is not None and values is not None:
+        claim = claim.with_arguments(*values, code.callbacks)
     send(app, claim)
     if claim.run_id is not None:
         mark_published([claim.run_id], clock.now())
     return claim
 
 
-def _code_values(app: Any, schedule: Schedule) -> tuple[list[Any], dict[str, Any]] | None:
-    """A code schedule whose row holds the stored form of its args/kwargs (R25): the values
-    of one send, from the app's ``beat_schedule`` entry of that name, as the beat sends
-    them. None for any other schedule (its row's values are the message's)."""
+def _code_values(app: Any, schedule: Schedule) -> live.LiveValues | None:
+    """A code schedule whose row holds the stored form of its args/kwargs, or whose entry
+    links callbacks (R25): its values, from the app's ``beat_schedule`` entry of that name, as
+    the beat sends them. None for any other schedule (its row's values are the message's)."""
     if schedule.source != Source.CODE:
         return None
     entry = (app.conf.beat_schedule or {}).get(schedule.name)
     if not isinstance(entry, Mapping):
         return None
-    values = live.split(entry.get("args") or (), entry.get("kwargs") or {})[2]
-    return None if values is None else values.evaluate()
+    options = entry.get("options")
+    callbacks = entry_options.callbacks(options) if isinstance(options, Mapping) else {}
+    return live.split(entry.get("args") or (), entry.get("kwargs") or {}, callbacks)[2]

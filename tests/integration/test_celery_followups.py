@@ -114,12 +114,21 @@ def test_celerys_publish_options_boot_logged_per_entry_and_carried_by_no_fire(ca
 
 
 @pytest.fixture
-def beat_schedule_in_app():
-    """The app's ``beat_schedule`` as a project's settings give it (the admin reads it)."""
+def in_app():
+    """Sets the app's ``beat_schedule`` as a project's settings give it (the admin and "run
+    now" read it); restored after the test."""
     before = app.conf.beat_schedule
-    app.conf.beat_schedule = RETRYING
-    yield
+
+    def put(beat_schedule):
+        app.conf.beat_schedule = beat_schedule
+
+    yield put
     app.conf.beat_schedule = before
+
+
+@pytest.fixture
+def beat_schedule_in_app(in_app):
+    in_app(RETRYING)
 
 
 def test_the_admin_shows_which_publish_options_beat_supersedes(admin_client, beat_schedule_in_app):
@@ -247,3 +256,82 @@ def test_a_sub_second_relative_interval_is_counted_by_its_interval():
     spec = Schedule(kind="interval", every=500 * MS, relative=True, timezone="UTC").to_spec()
     assert report.allowed_fires(spec, T0 - H, T0) == 7201
     assert schedule(500 * MS).seconds == 0.5  # Celery's own reading of the same interval
+
+
+# --- link / link_error: kept with the code, passed on every publish -------------------------
+
+
+def _embed(producer: mock.MagicMock) -> dict:
+    """The callbacks part of a protocol-2 task message's body (args, kwargs, embed)."""
+    return producer.publish.call_args.args[0][2]
+
+
+def linked_entries():
+    from tests.e2eapp.tasks import record
+
+    return {
+        "linked": {
+            "task": TASK,
+            "schedule": 60,
+            "options": {
+                "link": record.s("after"),
+                "link_error": [record.si("failed"), record.si("paged")],
+                "durablebeat": {"startup_grace": 0, "overlap": "allow"},
+            },
+        }
+    }
+
+
+def test_an_entrys_link_and_link_error_go_with_every_fire_as_under_celerys_beat(
+    make_engine, publisher
+):
+    entries = linked_entries()
+    engine = make_engine(entries)
+    with time_machine.travel(T0, tick=False) as clock:
+        for now in (T0, T0 + S, T0 + 61 * S):
+            clock.move_to(now)
+            engine.tick(now)
+    assert len(publisher.claims) == 2  # the first fire and the next slot, each with them
+    options = entries["linked"]["options"]
+    for claim in publisher.claims:
+        producer = mock.MagicMock()
+        publishing.send(app, claim, producer)
+        theirs = mock.MagicMock()
+        app.send_task(TASK, producer=theirs, link=options["link"], link_error=options["link_error"])
+        ours_embed, their_embed = _embed(producer), _embed(theirs)
+        assert ours_embed["callbacks"] == their_embed["callbacks"] != None  # noqa: E711
+        assert ours_embed["errbacks"] == their_embed["errbacks"]
+        assert [e["kwargs"] for e in ours_embed["errbacks"]] == [{}, {}]
+    row = Schedule.objects.get(name="linked")
+    assert row.args == [] and row.error == ""  # the row holds JSON only
+
+
+def test_run_now_of_a_linked_code_schedule_sends_its_callbacks(monkeypatch, in_app):
+    entries = linked_entries()
+    in_app(entries)
+    sync(parse_beat_schedule(entries, "UTC"), T0)
+    sent: list = []
+    monkeypatch.setattr(publishing, "send", lambda app_, claim, producer=None: sent.append(claim))
+    publishing.run_now(Schedule.objects.get(name="linked"), app)
+    [claim] = sent
+    assert claim.message.options["link"] == entries["linked"]["options"]["link"]
+    assert len(claim.message.options["link_error"]) == 2
+
+
+def test_a_link_that_is_not_a_signature_is_refused_naming_it():
+    from durablebeat.beat.codesync import BadEntry
+
+    bad = {"x": {"task": TASK, "schedule": 60, "options": {"link": "tests.e2eapp.tasks.record"}}}
+    with pytest.raises(BadEntry, match=r"beat_schedule\['x'\]: link: 'tests.e2eapp.tasks.record'"):
+        parse_beat_schedule(bad, "UTC")
+
+
+def test_the_admin_shows_a_code_schedules_callbacks(admin_client, in_app):
+    entries = linked_entries()
+    in_app(entries)
+    sync(parse_beat_schedule(entries, "UTC"), T0)
+    row = Schedule.objects.get(name="linked")
+    page = admin_client.get(f"/admin/durablebeat/schedule/{row.pk}/change/").content.decode()
+    assert "Every publish passes its entry&#x27;s callbacks on" not in page
+    assert "Every publish passes its entry's callbacks on, as Celery's beat does (R25): " in page
+    assert "link=tests.e2eapp.tasks.record(&#x27;after&#x27;)" in page
