@@ -42,6 +42,14 @@ POLICY_KEYS = {
 _SECONDS_OPTIONS = ("expires", "countdown", "time_limit", "soft_time_limit")
 
 
+#: the keys of a ``beat_schedule`` entry that durablebeat reads
+ENTRY_KEYS = ("task", "schedule", "args", "kwargs", "options", "relative")
+#: keys Celery's ``ScheduleEntry`` takes that change nothing a fire does, accepted and ignored
+#: as Celery's beat ignores them (R25): ``name`` and ``app`` are replaced by the entry's own
+#: (``Scheduler._maybe_entry``), ``total_run_count`` is a counter Celery's beat only reports
+IGNORED_KEYS = ("name", "app", "total_run_count")
+
+
 class BadEntry(ImproperlyConfigured):
     """A ``beat_schedule`` entry durablebeat cannot use; the message names it."""
 
@@ -170,7 +178,7 @@ def parse_entry(
         raise BadEntry(f"{where}: the entry's name must be a string")
     if not isinstance(entry, Mapping):
         raise BadEntry(f"{where} must be a dict, got {type(entry).__name__}")
-    unknown = set(entry) - {"task", "schedule", "args", "kwargs", "options", "relative"}
+    unknown = set(entry) - {*ENTRY_KEYS, *IGNORED_KEYS}
     if unknown:
         raise BadEntry(f"{where}: unknown keys {sorted(unknown, key=repr)}")
     read = _Reader(where)

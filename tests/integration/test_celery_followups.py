@@ -335,3 +335,22 @@ def test_the_admin_shows_a_code_schedules_callbacks(admin_client, in_app):
     assert "Every publish passes its entry&#x27;s callbacks on" not in page
     assert "Every publish passes its entry's callbacks on, as Celery's beat does (R25): " in page
     assert "link=tests.e2eapp.tasks.record(&#x27;after&#x27;)" in page
+
+
+def test_entry_keys_celerys_beat_replaces_or_only_counts_are_accepted_and_ignored():
+    """Celery's ``_maybe_entry`` builds ``ScheduleEntry(**dict(entry, name=key, app=app))``:
+    an entry's own ``name``/``app`` are replaced, ``total_run_count`` only counts (R25)."""
+    entries = {
+        "nightly": {
+            "task": TASK,
+            "schedule": 3600,
+            "name": "a label some projects write",
+            "total_run_count": 0,
+        }
+    }
+    [entry] = parse_beat_schedule(entries, "UTC")
+    assert (entry.name, entry.spec) == ("nightly", timing.Interval(H))
+    from durablebeat.beat.codesync import BadEntry
+
+    with pytest.raises(BadEntry, match=r"unknown keys \['last_run'\]"):
+        parse_beat_schedule({"x": {"task": TASK, "schedule": 60, "last_run": 1}}, "UTC")
