@@ -111,7 +111,17 @@ class FlexibleDurationField(forms.DurationField):
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, dt.timedelta) and value.total_seconds().is_integer():
             return _compact(value)  # reads back as typed: 15m, not 00:15:00
+        if (
+            isinstance(value, dt.timedelta)
+            and dt.timedelta(0) < value < _SECOND
+            and not (value % _MILLISECOND)
+        ):
+            return f"{value // _MILLISECOND}ms"  # an interval under a second (R25): 500ms
         return super().prepare_value(value)
+
+
+_SECOND = dt.timedelta(seconds=1)
+_MILLISECOND = dt.timedelta(milliseconds=1)
 
 
 def _compact(value: dt.timedelta) -> str:

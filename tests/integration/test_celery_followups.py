@@ -71,6 +71,18 @@ def test_a_half_second_entry_is_stored_and_shown_as_given():
     assert timing.describe(row.to_spec()) == "every 0.5 seconds"
 
 
+@pytest.mark.parametrize(("typed", "every"), [("500ms", 500 * MS), ("0.5s", 500 * MS), ("1ms", MS)])
+def test_the_admin_form_takes_an_interval_under_a_second(admin_client, typed, every):
+    from tests.integration.admin_forms import schedule_form
+
+    response = admin_client.post("/admin/durablebeat/schedule/add/", schedule_form(every=typed))
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    row = Schedule.objects.get(name="tick")
+    assert row.every == every
+    page = admin_client.get(f"/admin/durablebeat/schedule/{row.pk}/change/").content.decode()
+    assert f'name="every" value="{every // MS}ms"' in page  # reads back as it is typed
+
+
 # --- Celery's publish options: accepted, superseded, said -----------------------------------
 
 
