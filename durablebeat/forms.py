@@ -111,7 +111,17 @@ class FlexibleDurationField(forms.DurationField):
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, dt.timedelta) and value.total_seconds().is_integer():
             return _compact(value)  # reads back as typed: 15m, not 00:15:00
+        if (
+            isinstance(value, dt.timedelta)
+            and dt.timedelta(0) < value < _SECOND
+            and not (value % _MILLISECOND)
+        ):
+            return f"{value // _MILLISECOND}ms"  # an interval under a second (R25): 500ms
         return super().prepare_value(value)
+
+
+_SECOND = dt.timedelta(seconds=1)
+_MILLISECOND = dt.timedelta(milliseconds=1)
 
 
 def _compact(value: dt.timedelta) -> str:
@@ -166,7 +176,8 @@ class ScheduleForm(_ModelForm):
     kwargs = JSONTextField(dict, 'JSON object, e.g. {"user_id": 7}.')
     headers = JSONTextField(dict, "JSON object of extra message headers.")
     every = FlexibleDurationField(
-        required=False, help_text="Interval schedules: 90s, 5m, 2h, 1d or HH:MM:SS."
+        required=False,
+        help_text="Interval schedules: 90s, 5m, 2h, 1d, HH:MM:SS, or under a second: 0.5s, 200ms.",
     )
     startup_grace = FlexibleDurationField(
         required=False, help_text="Empty: DURABLEBEAT_STARTUP_GRACE (60 s by default)."

@@ -80,9 +80,10 @@ JSON_SHAPES: dict[str, tuple[type, str]] = {
 
 # --- the ranges (R21); the README's "Ranges" table lists these ---------------------------
 
-#: an interval schedule's ``every``: a second at least (beat's loop and a broker round trip
-#: are not finer; a shorter interval is a hot loop, not a schedule) ...
-MIN_EVERY = dt.timedelta(seconds=1)
+#: an interval schedule's ``every``: a millisecond at least. Celery's beat runs any positive
+#: interval (``schedule=0.5`` fires twice a second, R25); the floor keeps an interval a
+#: timer can keep (a denormal float of seconds is no schedule) ...
+MIN_EVERY = dt.timedelta(milliseconds=1)
 #: ... and at most 100 years, so an instant plus one interval stays far inside ``datetime``
 MAX_EVERY = dt.timedelta(days=36525)
 #: every instant a schedule holds (``clocked_at``, ``next_fire_at``): from 2000 to 2200,

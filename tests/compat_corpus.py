@@ -16,7 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from celery import signature
 from celery.schedules import BaseSchedule, crontab, schedstate, schedule, solar
+from kombu import Exchange, Queue
 
 TASK = "tests.e2eapp.tasks.record"
 
@@ -104,6 +106,87 @@ def _solars() -> dict[str, Any]:
     }
 
 
+def _sub_second() -> dict[str, Any]:
+    """Intervals under a second, as Celery's beat runs them (R25). Not here: ``relative=True``
+    under a second, whose fires under Celery's beat follow its loop's own sleeps (the
+    README's "Coming from Celery's beat" says what durablebeat does)."""
+    return {
+        "half-second-float": 0.5,
+        "timedelta-200ms": dt.timedelta(milliseconds=200),
+        "schedule-250ms": schedule(run_every=dt.timedelta(seconds=0.25)),
+    }
+
+
+def _field() -> dict[str, Any]:
+    """Entries shaped like public projects' ``beat_schedule`` (options and arguments as they
+    write them): each must boot, and its slots are compared like any other (R24, R25)."""
+    return {
+        "reminders-expire": {"schedule": crontab(minute="*/15"), "options": {"expires": 300}},
+        "tuple-args": {"schedule": dt.timedelta(seconds=10), "args": ("task-5", "/schedule")},
+        "nightly-queue-no-retry": {
+            "schedule": crontab(hour="2", minute="30"),
+            "options": {"queue": "periodic", "retry": False},
+        },
+        "heartbeat-retry-policy": {
+            "schedule": 30.0,
+            "options": {
+                "retry": True,
+                "retry_policy": {
+                    "max_retries": 3,
+                    "interval_start": 0,
+                    "interval_step": 0.2,
+                    "interval_max": 0.5,
+                },
+            },
+        },
+        "publish-timeouts": {
+            "schedule": dt.timedelta(minutes=10),
+            "options": {"timeout": 10, "confirm_timeout": 5, "expires": 540},
+        },
+        "kombu-queue": {
+            "schedule": crontab(minute=0, hour="*/3"),
+            "options": {
+                "queue": Queue(
+                    "reports", Exchange("reports", type="direct"), routing_key="reports"
+                ),
+                "priority": 5,
+            },
+        },
+        "kombu-exchange": {
+            "schedule": crontab(minute=0, hour=0),
+            "kwargs": {"days": 30},
+            "options": {
+                "exchange": Exchange("maintenance", type="topic"),
+                "routing_key": "maintenance.cleanup",
+            },
+        },
+        "limits": {
+            "schedule": crontab(minute="*/5"),
+            "options": {"expires": 60.0, "time_limit": 240, "soft_time_limit": 200},
+        },
+        "explicit-empties": {
+            "schedule": dt.timedelta(hours=6),
+            "relative": False,
+            "args": [],
+            "kwargs": {},
+            "options": {},
+        },
+        "weekly-report-kwargs": {
+            "schedule": crontab(minute=0, hour=8, day_of_week=1),
+            "kwargs": {"period": "week", "send": True},
+            "options": {"queue": "mail", "expires": 3600, "ignore_result": True},
+        },
+        "sub-second-poll": {"schedule": 0.5, "options": {"expires": 1}},
+        "report-then-notify": {
+            "schedule": crontab(minute=0, hour=7),
+            "options": {
+                "link": signature(TASK, args=("notified",)),
+                "link_error": [signature(TASK, args=("failed",), immutable=True)],
+            },
+        },
+    }
+
+
 def projects() -> list[Project]:
     """Fresh projects: every kind, several zones (and none set)."""
     custom = {"custom-weekday-quarters": EveryQuarterHourOnWeekdays()}
@@ -114,6 +197,9 @@ def projects() -> list[Project]:
         Project("sydney", "Australia/Sydney", _entries({**_crontabs(), **_intervals()})),
         Project("kolkata", "Asia/Kolkata", _entries({**_crontabs(), **_intervals()})),
         Project("solar", None, _entries(_solars())),
+        Project("sub-second", None, _entries(_sub_second())),
+        Project("sub-second-paris", "Europe/Paris", _entries(_sub_second())),
+        Project("field", "Europe/Berlin", _entries(_field())),
     ]
 
 

@@ -118,20 +118,28 @@ def _beat_schedule_from_env(raw: str) -> dict[str, Any]:
             "schedule": timing,
             "args": [_python_value(v) for v in e.get("args", [])],
             "kwargs": {k: _python_value(v) for k, v in e.get("kwargs", {}).items()},
-            "options": {**e.get("options", {}), "durablebeat": e.get("durablebeat", {})},
+            "options": {
+                **{k: _python_value(v) for k, v in e.get("options", {}).items()},
+                "durablebeat": e.get("durablebeat", {}),
+            },
             **({"relative": e["relative"]} if "relative" in e else {}),
         }
     return schedule
 
 
 def _python_value(value: Any) -> Any:
-    """What JSON cannot say (R25): ``{"$timedelta": seconds}`` and ``{"$lazy": "dotted.path"}``
-    (a ``BeatLazyFunc`` of that function); anything else as given."""
+    """What JSON cannot say (R25): ``{"$timedelta": seconds}``, ``{"$lazy": "dotted.path"}``
+    (a ``BeatLazyFunc`` of that function) and ``{"$signature": "task", "args": [...]}`` (an
+    immutable signature, for ``link``); anything else as given."""
     if isinstance(value, dict) and "$timedelta" in value:
         return timedelta(seconds=value["$timedelta"])
     if isinstance(value, dict) and "$lazy" in value:
         module, _, name = value["$lazy"].rpartition(".")
         return BeatLazyFunc(getattr(importlib.import_module(module), name))
+    if isinstance(value, dict) and "$signature" in value:
+        from celery import signature
+
+        return signature(value["$signature"], args=value.get("args", ()), immutable=True)
     return value
 
 

@@ -15,10 +15,10 @@ from django.db import DatabaseError, models
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html, format_html_join
+from django.utils.html import escape, format_html, format_html_join
 from django.views.decorators.http import require_POST
 
-from ..beat import live, publishing
+from ..beat import entry_options, live, publishing
 from ..core import clock, timing
 from ..enums import Reason, Source
 from ..forms import CODE_OWNED_FIELDS, ScheduleForm, ShownToTheSecondField, apply_edit_rules
@@ -268,6 +268,17 @@ class ScheduleAdmin(GuardedAdmin):
                     f"{live.PYTHON} a value JSON cannot hold, shown as its repr; every fire "
                     "sends the real values."
                 )
+            entry = _entry_in_code(obj.name)
+            if links := entry_options.callbacks_shown(entry):
+                note += (
+                    " Every publish passes its entry's callbacks on, as Celery's beat does "
+                    f"(R25): {escape('; '.join(links))}."
+                )
+            if superseded := entry_options.superseded_options(entry):
+                note += (
+                    " Celery publish options its entry gives, superseded by beat's own "
+                    f"publish (R5, R25): {escape('; '.join(superseded))}."  # shown unescaped
+                )
             return [(None, {"fields": (), "description": note}), *self.fieldsets]
         return self.fieldsets
 
@@ -413,6 +424,15 @@ class ScheduleAdmin(GuardedAdmin):
         if row is not None and self.has_view_or_change_permission(request, row):
             extra_context["timeline"] = timeline.detail(request, row)
         return super().change_view(request, object_id, form_url, extra_context)
+
+
+def _entry_in_code(name: str) -> Any:
+    """A code schedule's ``beat_schedule`` entry, code being the source of truth (R6): its
+    callbacks and the publish options beat supersedes are not stored on the row."""
+    from celery import current_app
+
+    beat_schedule = current_app._get_current_object().conf.beat_schedule or {}
+    return beat_schedule.get(name)
 
 
 def health_context(now: dt.datetime) -> dict[str, Any]:

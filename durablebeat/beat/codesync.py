@@ -23,7 +23,9 @@ from ..core import timing
 from ..enums import Overlap, Source
 from ..models import MESSAGE_FIELDS, MESSAGE_OPTIONS, POLICY_FIELDS, Schedule
 from ..validation import MAX_EVERY, TEXT_OPTIONS, describe_errors, validate_schedule_fields
+from . import entry_options
 from . import live as live_values
+from .entry_options import REFUSED_OPTIONS as REFUSED_OPTIONS  # tests read it here
 
 logger = logging.getLogger("durablebeat")
 
@@ -36,43 +38,16 @@ POLICY_KEYS = {
     "description",
     "take_over",
 }
-#: options Celery's beat would pass to ``apply_async`` that make no sense for a periodic
-#: fire, each refused by name with the reason (R24); any other key not in
-#: ``MESSAGE_OPTIONS`` is refused as unsupported
-_PROCESS_OBJECT = "a live object of one process, which a stored schedule cannot hold"
-_CANVAS = "Celery sets it for a task called from another task or a canvas; a fire has no parent"
-_PUBLISH = (
-    "beat publishes with its own retry: a claim whose publish fails is kept and published "
-    "again when the broker answers (R5)"
-)
-REFUSED_OPTIONS = {
-    "eta": (
-        "one fixed instant, which every fire of a periodic schedule would share; use the "
-        "schedule, or countdown to delay each message"
-    ),
-    "link": "a callback is not stored on a schedule; call the next task from the task's body",
-    "link_error": "an errback is not stored on a schedule; handle the error in the task",
-    "task_id": "every fire gets its own id, the key of its run in the ledger (R3, R11)",
-    "retry": _PUBLISH,
-    "retry_policy": _PUBLISH,
-    "timeout": _PUBLISH,
-    "confirm_timeout": _PUBLISH,
-    "producer": _PROCESS_OBJECT,
-    "publisher": _PROCESS_OBJECT,
-    "connection": _PROCESS_OBJECT,
-    "router": _PROCESS_OBJECT,
-    "result_cls": _PROCESS_OBJECT,
-    "add_to_parent": _CANVAS,
-    "chain": _CANVAS,
-    "chord": _CANVAS,
-    "group_id": _CANVAS,
-    "group_index": _CANVAS,
-    "parent_id": _CANVAS,
-    "root_id": _CANVAS,
-    "reply_to": _CANVAS,
-}
 #: options whose value is a number of seconds
 _SECONDS_OPTIONS = ("expires", "countdown", "time_limit", "soft_time_limit")
+
+
+#: the keys of a ``beat_schedule`` entry that durablebeat reads
+ENTRY_KEYS = ("task", "schedule", "args", "kwargs", "options", "relative")
+#: keys Celery's ``ScheduleEntry`` takes that change nothing a fire does, accepted and ignored
+#: as Celery's beat ignores them (R25): ``name`` and ``app`` are replaced by the entry's own
+#: (``Scheduler._maybe_entry``), ``total_run_count`` is a counter Celery's beat only reports
+IGNORED_KEYS = ("name", "app", "total_run_count")
 
 
 class BadEntry(ImproperlyConfigured):
@@ -111,6 +86,8 @@ class CodeEntry:
     take_over: bool = False
     #: the real args/kwargs when the row cannot hold them (R25): the beat publishes these
     live: live_values.LiveValues | None = field(default=None, compare=False)
+    #: Celery publish options the entry gives that beat's own publish supersedes (R25)
+    superseded: tuple[str, ...] = field(default=(), compare=False)
 
     def apply_to(self, row: Schedule) -> None:
         """Write everything code owns into ``row``; timing through ``set_spec``."""
@@ -201,7 +178,7 @@ def parse_entry(
         raise BadEntry(f"{where}: the entry's name must be a string")
     if not isinstance(entry, Mapping):
         raise BadEntry(f"{where} must be a dict, got {type(entry).__name__}")
-    unknown = set(entry) - {"task", "schedule", "args", "kwargs", "options", "relative"}
+    unknown = set(entry) - {*ENTRY_KEYS, *IGNORED_KEYS}
     if unknown:
         raise BadEntry(f"{where}: unknown keys {sorted(unknown, key=repr)}")
     read = _Reader(where)
@@ -230,6 +207,10 @@ def parse_entry(
     if refused := sorted(k for k in options if isinstance(k, str) and k in REFUSED_OPTIONS):
         reasons = "; ".join(f"{key} is refused: {REFUSED_OPTIONS[key]}" for key in refused)
         raise BadEntry(f"{where}: {reasons}")
+    try:
+        superseded, links = entry_options.take_publish_options(options)
+    except entry_options.BadCallback as exc:
+        raise BadEntry(f"{where}: {exc}") from exc
     if unknown := set(options) - {*MESSAGE_OPTIONS, "headers"}:
         raise BadEntry(f"{where}: unsupported options {sorted(unknown, key=repr)}")
     flags = {
@@ -240,7 +221,7 @@ def parse_entry(
     if overlap not in Overlap.values:
         raise BadEntry(f"{where}: overlap must be one of {Overlap.values}, got {overlap!r}")
     message = read.message(options)
-    stored_args, stored_kwargs, live = live_values.split(args or [], kwargs or {})
+    stored_args, stored_kwargs, live = live_values.split(args or [], kwargs or {}, links)
     if live is not None and serializer_of is not None:
         # R25: Celery's beat sends these through the message's serializer (the entry's, else
         # the task's, else the app's); one that cannot carry a value fails at every send
@@ -262,6 +243,7 @@ def parse_entry(
         description=read.text(policy.get("description"), "description"),
         take_over=flags["take_over"],
         live=live,
+        superseded=superseded,
     )
     row = Schedule(name=name, source=Source.CODE)
     code.apply_to(row)
@@ -334,6 +316,18 @@ def _sync_once(entries: list[CodeEntry], now: dt.datetime) -> dict[str, Schedule
         existing = {s.name: s for s in rows}
         result: dict[str, Schedule] = {}
         for name, entry in by_name.items():
+            if entry.superseded:
+                logger.info(
+                    "code schedule %s: Celery publish options superseded by beat's own "
+                    "publish retry (R5): %s",
+                    name,
+                    ", ".join(entry.superseded),
+                    extra={
+                        "event": "code_option_superseded",
+                        "schedule": name,
+                        "options": list(entry.superseded),
+                    },
+                )
             row = existing.get(name)
             if row is None:
                 row = Schedule(name=name, source=Source.CODE)

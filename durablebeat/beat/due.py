@@ -73,9 +73,15 @@ class Claim:
     boot_id: uuid.UUID
     message: Message
 
-    def with_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> Claim:
-        """This claim sending ``args``/``kwargs``: a code entry's values of one send (R25)."""
-        return replace(self, message=replace(self.message, args=args, kwargs=kwargs))
+    def with_arguments(
+        self, args: list[Any], kwargs: dict[str, Any], callbacks: dict[str, Any] | None = None
+    ) -> Claim:
+        """This claim sending ``args``/``kwargs`` (and ``link``/``link_error``): a code
+        entry's values of one send (R25)."""
+        options = self.message.options | (callbacks or {})
+        return replace(
+            self, message=replace(self.message, args=args, kwargs=kwargs, options=options)
+        )
 
     def headers(self) -> dict[str, Any]:
         return {

@@ -50,6 +50,10 @@ FIRST_BATCH = 10
 #: the shortest sleep ``tick`` returns when it fired nothing (R21): a row that cannot be
 #: moved on, or a setting of zero, never turns the loop into a busy one
 MIN_SLEEP = 0.1
+#: the shortest sleep until a slot still ahead: a sub-second interval (Celery's beat runs
+#: ``schedule=0.5`` twice a second) wakes for each of its own slots (R25); a wake that is
+#: not ahead sleeps ``MIN_SLEEP`` (R21)
+MIN_WAKE = 0.001
 
 
 @dataclass
@@ -269,7 +273,7 @@ class Engine:
             wake = retry_at if wake is None else min(wake, retry_at)
         if wake is None:
             return max(MIN_SLEEP, idle)
-        return max(MIN_SLEEP, min(idle, (wake - now).total_seconds()))
+        return sleep_until(wake, now, idle)
 
     def _run_hook(self, hook: Hook, now: dt.datetime) -> None:
         """A hook that fails for its own reasons is logged; firing goes on (R21). A database
@@ -321,6 +325,10 @@ class Engine:
                 _check_moves_on(action, now)
                 if isinstance(action, Fire):
                     fires.append((due, action, message))
+                    if (nxt := action.next_fire_at) is not None:
+                        # its next slot may come before MAX_INTERVAL (a sub-second interval,
+                        # R25): beat wakes for it as Celery's beat does
+                        wake = nxt if wake is None else min(wake, nxt)
                     continue
                 with transaction.atomic():  # a savepoint: a refused write spoils no batch
                     if isinstance(action, Defer):
@@ -362,7 +370,7 @@ class Engine:
                     fire.next_fire_at,
                 ),
             )
-            self.memory.moved_on(due.name, fire.next_fire_at)
+            self.memory.moved_on(due.name, fire.next_fire_at, now)
 
     def _publish(
         self,
@@ -378,7 +386,7 @@ class Engine:
             if fire.reason == Reason.CATCH_UP:
                 self.caught_up.add(due.id)
         for claim in claims:
-            self.memory.moved_on(claim.schedule, by_id[claim.schedule_id or 0][1].next_fire_at)
+            self.memory.moved_on(claim.schedule, by_id[claim.schedule_id or 0][1].next_fire_at, now)
         published: list[int] = []
         refused: list[tuple[Claim, str]] = []
         outage: str | None = None
@@ -509,7 +517,9 @@ class Engine:
         args/kwargs (a fire, a retry, an in-doubt resend, a fire from memory) sends its
         entry's real values, the send-time ones computed now, as Celery's beat does."""
         live = self._live.get(claim.schedule)
-        return claim if live is None else claim.with_arguments(*live.evaluate())
+        if live is None:
+            return claim
+        return claim.with_arguments(*live.evaluate(), live.callbacks)
 
     @staticmethod
     def _log_fire(claim: Claim) -> None:
@@ -578,7 +588,17 @@ class Engine:
         planned = self.memory.next_fire()
         if planned is not None:
             wake = min(wake, planned)
-        return max(MIN_SLEEP, (wake - now).total_seconds())
+        return sleep_until(wake, now, s.MAX_INTERVAL)
+
+
+def sleep_until(wake: dt.datetime, now: dt.datetime, most: float) -> float:
+    """The sleep until ``wake``, at most ``most`` seconds (``MAX_INTERVAL``): ``MIN_WAKE``
+    at least while the wake is ahead, ``MIN_SLEEP`` when it is not (nothing to wait for is
+    no reason to spin, R21)."""
+    ahead = (wake - now).total_seconds()
+    if ahead <= 0:
+        return MIN_SLEEP
+    return max(MIN_WAKE, min(max(most, MIN_SLEEP), ahead))
 
 
 def _check_moves_on(action: Fire | Defer | Miss, now: dt.datetime) -> None:

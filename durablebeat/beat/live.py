@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from celery.beat import BeatLazyFunc
@@ -32,10 +32,12 @@ SHOWN = 500
 
 @dataclass(frozen=True, eq=False)
 class LiveValues:
-    """One code entry's real ``args`` and ``kwargs``, as its ``beat_schedule`` gives them."""
+    """One code entry's real ``args`` and ``kwargs``, as its ``beat_schedule`` gives them, and
+    its ``link``/``link_error`` signatures, passed on every publish as Celery's beat does."""
 
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+    callbacks: dict[str, Any] = field(default_factory=dict)
 
     def evaluate(self) -> tuple[list[Any], dict[str, Any]]:
         """The values of one send, as Celery's beat makes them (``_evaluate_entry_args``):
@@ -57,18 +59,18 @@ class LiveValues:
 
 
 def split(
-    args: Sequence[Any], kwargs: Mapping[str, Any]
+    args: Sequence[Any], kwargs: Mapping[str, Any], callbacks: Mapping[str, Any] | None = None
 ) -> tuple[list[Any], dict[str, Any], LiveValues | None]:
     """(the row's ``args``, the row's ``kwargs``, the values to keep in memory or None when
-    the row holds them all)."""
+    the row holds them all and there are no ``callbacks``)."""
     stored_args = [_top(v) for v in args]
     stored_kwargs = {k: _top(v) for k, v in kwargs.items()}
     live = None
     # A tuple inside an argument is shown as a list (JSON has no other) but kept in memory:
     # pickle delivers it as a tuple under Celery's beat, so it does here too.
     kept = any(holds_code_values(v) for v in (stored_args, stored_kwargs))
-    if kept or _holds_tuple([*args, *kwargs.values()]):
-        live = LiveValues(tuple(args), dict(kwargs))
+    if kept or callbacks or _holds_tuple([*args, *kwargs.values()]):
+        live = LiveValues(tuple(args), dict(kwargs), dict(callbacks or {}))
     return stored_args, stored_kwargs, live
 
 

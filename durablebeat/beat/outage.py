@@ -57,6 +57,9 @@ class Planned:
     entry: CodeEntry
     next_fire_at: dt.datetime | None
     reason: str = Reason.SCHEDULED
+    #: a custom schedule's last run, which its ``is_due`` is asked with (R25): when it last
+    #: fired, else when it was stored, or the boot without the database (Celery's beat start)
+    last_run_at: dt.datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -94,18 +97,29 @@ class OutageMemory:
         """Keep the memory of code schedules close to the database, for an outage: a
         schedule disabled or set aside as bad there is not fired from memory either."""
         stored = Schedule.objects.filter(name__in=list(self.plan)).values_list(
-            "name", "next_fire_at", "next_fire_reason", "enabled", "error"
+            "name",
+            "next_fire_at",
+            "next_fire_reason",
+            "enabled",
+            "error",
+            "last_fired_at",
+            "created_at",
         )
-        for name, next_fire_at, reason, enabled, error in stored:
+        for name, next_fire_at, reason, enabled, error, fired, created in stored:
             planned = self.plan[name]
             planned.next_fire_at = next_fire_at if enabled and not error else None
             planned.reason = reason
+            planned.last_run_at = fired or created
 
-    def moved_on(self, name: str, next_fire_at: dt.datetime | None) -> None:
-        """A schedule fired and moved on: so does its memory (a name not in code: nothing)."""
+    def moved_on(
+        self, name: str, next_fire_at: dt.datetime | None, fired_at: dt.datetime | None = None
+    ) -> None:
+        """A schedule fired at ``fired_at`` and moved on: so does its memory (a name not in
+        code: nothing); its last run is then ``fired_at``, as the row's ``last_fired_at``."""
         planned = self.plan.get(name)
         if planned is not None:
             planned.next_fire_at = next_fire_at
+            planned.last_run_at = fired_at or planned.last_run_at
 
     def write(self, boot_id: uuid.UUID, now: dt.datetime) -> None:
         """The database is back: write the kept fires into the ledger, say what was dropped."""
@@ -131,7 +145,7 @@ class OutageMemory:
                     self.plan[e.name] = Planned(e, first, Reason.STARTUP_GRACE)
                 elif isinstance(e.spec, timing.Custom):  # R25: asked, as with the database
                     due, ask_again = custom_next(e.spec, now, now)
-                    self.plan[e.name] = Planned(e, now if due else ask_again)
+                    self.plan[e.name] = Planned(e, now if due else ask_again, last_run_at=now)
                 else:
                     self.plan[e.name] = Planned(e, timing.next_slot(e.spec, now))
             except Exception as exc:  # R21: one entry never stops the others
@@ -147,8 +161,18 @@ class OutageMemory:
             if slot is None or slot > now:
                 continue
             try:
+                spec = planned.entry.spec
+                nxt: dt.datetime | None
+                if isinstance(spec, timing.Custom):
+                    # R25: asked at its planned time, as the engine asks it; "not due" only
+                    # moves its next question on
+                    due, nxt = custom_next(spec, planned.last_run_at or slot, now)
+                    if not due:
+                        planned.next_fire_at = nxt
+                        continue
+                else:
+                    nxt = self._next(spec, slot, now)
                 message = Message.for_entry(planned.entry)
-                nxt = self._next(planned.entry.spec, slot, now)
             except Exception as exc:
                 _bad(name, exc)
                 planned.next_fire_at = None
@@ -161,6 +185,7 @@ class OutageMemory:
         planned = self.plan[due.name]
         planned.next_fire_at = due.next_fire_at
         planned.reason = Reason.SCHEDULED
+        planned.last_run_at = published_at or due.slot  # Celery's beat: when it was sent
         self.remember(
             OutageFire(due.name, due.slot, due.reason, task_id, published_at, due.next_fire_at)
         )

@@ -11,7 +11,7 @@ from kombu.exceptions import OperationalError
 from ..core import clock
 from ..enums import Source
 from ..models import Schedule
-from . import live
+from . import entry_options, live
 from .claims import claim_backfill, claim_manual, mark_published
 from .due import Claim
 
@@ -59,6 +59,11 @@ def send(app: Any, claim: Claim, producer: Any = None) -> None:
     )
 
 
+#: what a code entry puts into a message in place of its row's values (R25): args, kwargs
+#: and its link/link_error callbacks
+Sendable = tuple[list[Any], dict[str, Any], dict[str, Any]]
+
+
 def run_now(schedule: Schedule, app: Any | None = None) -> Claim:
     """A manual fire (admin "run now", R19): a run with reason manual, then the message.
 
@@ -66,7 +71,7 @@ def run_now(schedule: Schedule, app: Any | None = None) -> Claim:
     and leaves the run claimed, visible in the history.
     """
     app = _app(app)
-    values = _code_values(app, schedule)  # refused before any run is written
+    values = _code_values(app, schedule)  # computed, or refused, before any run is written
     return _publish(claim_manual(schedule, None, clock.now()), values, app)
 
 
@@ -87,7 +92,7 @@ def _app(app: Any | None) -> Any:
     return app
 
 
-def _publish(claim: Claim, values: tuple[list[Any], dict[str, Any]] | None, app: Any) -> Claim:
+def _publish(claim: Claim, values: Sendable | None, app: Any) -> Claim:
     """Send ``claim`` with the code entry's values, if any; the claim as sent."""
     if values is not None:
         claim = claim.with_arguments(*values)
@@ -97,16 +102,19 @@ def _publish(claim: Claim, values: tuple[list[Any], dict[str, Any]] | None, app:
     return claim
 
 
-def _code_values(app: Any, schedule: Schedule) -> tuple[list[Any], dict[str, Any]] | None:
-    """A code schedule whose row holds the stored form of its args/kwargs (R25): the values
-    of one send, from the app's ``beat_schedule`` entry of that name, as the beat sends
-    them. None for any other schedule (its row's values are the message's). A row whose
-    markers this process cannot replace is refused: the task would get the markers."""
+def _code_values(app: Any, schedule: Schedule) -> Sendable | None:
+    """A code schedule whose row holds the stored form of its args/kwargs, or whose entry
+    links callbacks (R25): the values of one send, from the app's ``beat_schedule`` entry of
+    that name, as the beat sends them. None for any other schedule (its row's values are the
+    message's). A row whose markers this process cannot replace is refused: the task would
+    get the markers."""
     entry = (app.conf.beat_schedule or {}).get(schedule.name)
     if schedule.source == Source.CODE and isinstance(entry, Mapping):
-        values = live.split(entry.get("args") or (), entry.get("kwargs") or {})[2]
-        if values is not None:
-            return values.evaluate()
+        options = entry.get("options")
+        callbacks = entry_options.callbacks(options) if isinstance(options, Mapping) else {}
+        code = live.split(entry.get("args") or (), entry.get("kwargs") or {}, callbacks)[2]
+        if code is not None:
+            return (*code.evaluate(), code.callbacks)
     if live.holds_code_values(schedule.args) or live.holds_code_values(schedule.kwargs):
         raise live.SendTimeValueError(
             f"its args/kwargs hold values only its beat_schedule entry has, and this "

@@ -27,6 +27,7 @@ from .words import absolute, duration_words, one_line
 OVERFIRE_RATIO = 1.5
 #: counting a crontab's slots in the window stops here (every second for 48 h is ~170k)
 MAX_SLOTS_COUNTED = 1_000_000
+_SECOND = dt.timedelta(seconds=1)
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,11 @@ def fires_in(since: dt.datetime, until: dt.datetime) -> Any:
 
 def allowed_fires(spec: timing.Spec, since: dt.datetime, until: dt.datetime) -> int:
     """The most fires the schedule's period allows in (since, until]."""
+    if isinstance(spec, timing.Interval) and spec.relative and spec.every >= _SECOND:
+        # R25: Celery's rounding fires a relative interval on its own chain (a 90-minute
+        # one hourly): its slots are counted, one more for a slot at the window's start (a
+        # sub-second one is not rounded: it moves on by its interval)
+        return _chain_slots(spec, since, until) + 1
     if isinstance(spec, timing.Interval):
         return int((until - since) / spec.every) + 1
     if isinstance(spec, timing.Clocked):
@@ -127,6 +133,15 @@ def allowed_fires(spec: timing.Spec, since: dt.datetime, until: dt.datetime) -> 
         return MAX_SLOTS_COUNTED
     slots = timing.slots_between(spec, since, until)
     return max(1, sum(1 for _ in itertools.islice(slots, MAX_SLOTS_COUNTED)))
+
+
+def _chain_slots(spec: timing.Interval, since: dt.datetime, until: dt.datetime) -> int:
+    """The slots of a relative interval's chain from ``since`` in (since, until]."""
+    count, slot = 0, timing.advance(spec, since, since)
+    while slot is not None and slot <= until and count < MAX_SLOTS_COUNTED:
+        count += 1
+        slot = timing.advance(spec, slot, slot)
+    return max(1, count)
 
 
 def find_overfired(since: dt.datetime, until: dt.datetime) -> list[Overfire]:

@@ -11,12 +11,13 @@ from ..core import solar, timing
 from ..enums import Kind
 from ..models import Schedule
 
-_UNITS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(w|d|h|m|s)", re.IGNORECASE)
+_UNITS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|w|d|h|m|s)", re.IGNORECASE)
 
 
 def parse_duration(text: str) -> dt.timedelta:
-    """``"48h"``, ``"2d"``, ``"1h30m"``, ``"90s"`` or a bare number of seconds."""
+    """``"48h"``, ``"2d"``, ``"1h30m"``, ``"90s"``, ``"500ms"`` or a bare number of
+    seconds."""
     raw = text.strip()
     if re.fullmatch(r"\d+(?:\.\d+)?", raw):
         return dt.timedelta(seconds=float(raw))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,7 +72,12 @@ def restored(app: Celery) -> Iterator[None]:
 
 
 def celery_fires(
-    project: corpus.Project, name: str, boot: dt.datetime, until: dt.datetime, folder: Path
+    project: corpus.Project,
+    name: str,
+    boot: dt.datetime,
+    until: dt.datetime,
+    folder: Path,
+    max_interval: float = 366 * 86400,
 ) -> list[dt.datetime]:
     """One entry's first ``FIRES`` fires under Celery's beat booted at ``boot``: its loop
     sleeps what each tick returns (the clock moved by exactly that), fires are recorded."""
@@ -87,7 +93,7 @@ def celery_fires(
             app=app, schedule_filename=str(folder / f"{name}-{boot:%s}"), lazy=False
         )
         scheduler.fired = []
-        scheduler.max_interval = 366 * 86400
+        scheduler.max_interval = max_interval
         now = boot
         for _ in range(1_000):
             if now > until or len(fires) >= FIRES:
@@ -141,15 +147,26 @@ def durable_fires(
     return fires
 
 
-def compare(project: corpus.Project, boot: dt.datetime, folder: Path) -> list[str]:
+def tolerance(fires: list[dt.datetime]) -> dt.timedelta:
+    """``TOLERANCE``, or a tenth of the shortest gap between fires when that is less: a
+    0.5 s interval one second late is not "the same slots" (R25)."""
+    gaps = [b - a for a, b in itertools.pairwise(fires)]
+    return min([TOLERANCE, *(gap / 10 for gap in gaps)])
+
+
+def compare(
+    project: corpus.Project, boot: dt.datetime, folder: Path, max_interval: float = 366 * 86400
+) -> list[str]:
     until = boot + dt.timedelta(days=400)
     ours_zone = celery_timezone(celery_app(project))
     mismatches = []
     for name, value in project.beat_schedule.items():
-        theirs = celery_fires(corpus.BUILDERS[project.name](), name, boot, until, folder)
+        theirs = celery_fires(
+            corpus.BUILDERS[project.name](), name, boot, until, folder, max_interval
+        )
         ours = durable_fires({"name": name, "value": value}, ours_zone, boot, until)
         if len(ours) != len(theirs) or any(
-            abs(a - b) > TOLERANCE for a, b in zip(ours, theirs, strict=False)
+            abs(a - b) > tolerance(theirs) for a, b in zip(ours, theirs, strict=False)
         ):
             mismatches.append(
                 f"{project.name}/{name} from {boot.isoformat()}:\n"
@@ -187,6 +204,38 @@ def test_the_comparison_goes_red_when_a_kind_stops_matching(tmp_path, monkeypatc
     project = corpus.BUILDERS["london"]()
     mismatches = compare(project, corpus.STARTS["*"][0][1], tmp_path)
     assert any("relative-entry-hour" in m for m in mismatches)
+
+
+def test_the_comparison_goes_red_when_a_sub_second_interval_fires_off_its_slots(
+    tmp_path, monkeypatch
+):
+    """R25: a 0.5 s interval fires twice a second, as under Celery's beat; one whose slots
+    were rounded up to whole seconds (or a beat that slept MIN_SLEEP past them) differs."""
+    real = timing.advance
+
+    def whole_seconds(spec, deadline, now):
+        nxt = real(spec, deadline, now)
+        if isinstance(spec, timing.Interval) and spec.every < dt.timedelta(seconds=1):
+            return nxt.replace(microsecond=0) + dt.timedelta(seconds=1)
+        return nxt
+
+    monkeypatch.setattr(timing, "advance", whole_seconds)
+    project = corpus.BUILDERS["sub-second"]()
+    mismatches = compare(project, corpus.STARTS["*"][0][1], tmp_path)
+    assert {m.split(" from ")[0] for m in mismatches} == {
+        "sub-second/half-second-float",
+        "sub-second/timedelta-200ms",
+        "sub-second/schedule-250ms",
+    }
+
+
+@pytest.mark.parametrize("max_interval", [5, 300])
+def test_celerys_loop_interval_does_not_slow_a_sub_second_interval(tmp_path, max_interval):
+    """Celery's beat sleeps ``min(next run, max_interval)`` (5 s for django-celery-beat's
+    scheduler, 300 s for its own): a 0.5 s interval still fires twice a second, and so it does
+    here whatever ``DURABLEBEAT_MAX_INTERVAL`` is (the engine wakes for each slot)."""
+    project = corpus.BUILDERS["sub-second"]()
+    assert compare(project, corpus.STARTS["*"][0][1], tmp_path, max_interval) == []
 
 
 # --- solar over a year ----------------------------------------------------------------------
