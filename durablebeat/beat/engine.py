@@ -218,17 +218,10 @@ class Engine:
         idle = s.MAX_INTERVAL
         if woken_on_change:
             idle = max(idle, s.HEARTBEAT_INTERVAL.total_seconds())
-        if self._last_heartbeat is None or now - self._last_heartbeat >= s.HEARTBEAT_INTERVAL:
-            now, offset = self._sync_clock(now)  # R26: with the heartbeat, no query per fire
-            if not boots.heartbeat(self.boot_id, now, offset):
-                boots.register_boot(self.boot_id, self.hostname, self.pid, now, offset)
-            self._last_heartbeat = now
-            self.memory.refresh()
         if self.retries:
             self._run_hook(self.retries.run, now)
         for hook in self.hooks:
             self._run_hook(hook, now)
-        horizon = now + dt.timedelta(seconds=idle)
         # A burst starts with a small batch, so that its first slots go out at once, and
         # goes on in full ones.
         limit = s.BATCH_SIZE if self._backlog_since is not None else min(s.BATCH_SIZE, FIRST_BATCH)
@@ -237,8 +230,11 @@ class Engine:
         claims: list[Claim] = []
         try:
             # One transaction per batch: the due rows are read (and, on PostgreSQL, locked:
-            # another beat takes the next batch), decided, and the whole batch claimed.
+            # another beat takes the next batch), decided, and the whole batch claimed. The
+            # heartbeat rides in it: an idle beat commits once per heartbeat, not five times.
             with transaction.atomic():
+                now = self._heartbeat(now)
+                horizon = now + dt.timedelta(seconds=idle)
                 rows = due_query.fetch_due(horizon, limit, lock=True)
                 wake = self._decide(rows, now, fires)
                 if fires:
@@ -268,6 +264,19 @@ class Engine:
         if wake is None:
             return max(MIN_SLEEP, idle)
         return max(MIN_SLEEP, min(idle, (wake - now).total_seconds()))
+
+    def _heartbeat(self, now: dt.datetime) -> dt.datetime:
+        """R17: the boot's heartbeat when it is due, with the clock's offset measured (R26:
+        with the heartbeat, no query per fire); ``now`` as that measurement moved it."""
+        last = self._last_heartbeat
+        if last is not None and now - last < conf.settings.HEARTBEAT_INTERVAL:
+            return now
+        now, offset = self._sync_clock(now)
+        if not boots.heartbeat(self.boot_id, now, offset):
+            boots.register_boot(self.boot_id, self.hostname, self.pid, now, offset)
+        self._last_heartbeat = now
+        self.memory.refresh()
+        return now
 
     def _run_hook(self, hook: Hook, now: dt.datetime) -> None:
         """A hook that fails for its own reasons is logged; firing goes on (R21). A database
