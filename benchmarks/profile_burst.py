@@ -32,7 +32,8 @@ def main() -> None:
     args = parser.parse_args()
     r = setup()
     from durablebeat.beat import publishing
-    from durablebeat.beat.engine import PUBLISH_GROUP, Engine
+    from durablebeat.beat.dispatch import PUBLISH_GROUP
+    from durablebeat.beat.engine import Engine
     from durablebeat.models import Schedule
     from project.celery import app
 

@@ -19,8 +19,9 @@ from . import conf, dbclock, wakeup
 from .beat import defaults, notify, publishing
 from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
 from .beat.dberrors import DatabaseUnusable
+from .beat.dispatch import PUBLISH_GROUP
 from .beat.due import Claim
-from .beat.engine import MIN_SLEEP, PUBLISH_GROUP, Engine
+from .beat.engine import MIN_SLEEP, Engine
 from .beat.hooks import default_hooks
 from .beat.live import serializer_of
 from .core import clock

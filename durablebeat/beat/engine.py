@@ -15,7 +15,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connection, transaction
@@ -24,26 +24,18 @@ from .. import conf
 from ..core import clock, timing
 from ..core.policy import Defer, Due, Fire, Miss, decide
 from ..enums import Kind, Reason
-from . import boots, dberrors, notify, publishing, recovery
+from . import boots, dberrors, dispatch, notify, publishing, recovery
 from . import due as due_query
-from .claims import apply_defer, apply_miss, mark_published, mark_unpublishable
+from .claims import apply_defer, apply_miss, mark_published
 from .claims import claim as claim_batch
 from .codesync import CodeEntry
 from .codesync import sync as sync_code
 from .due import Claim, Message, describe_row_error, due_from_row, is_row_error
-from .live import LiveValues
 from .loop import Hook, Refused
 from .outage import OutageFire, OutageMemory
 
 logger = logging.getLogger("durablebeat")
 
-Publisher = Callable[[Claim], None]
-#: a context in which publishes are buffered and sent together on a clean exit (kombu's
-#: ``Producer.batch``); its exit raises when the buffered messages could not be sent
-PublishBatch = Callable[[], contextlib.AbstractContextManager[Any]]
-#: claims published per batch: the first message of a burst waits for this many, the
-#: broker sees one round trip for them
-PUBLISH_GROUP = 200
 #: the first batch of a burst (then ``DURABLEBEAT_BATCH_SIZE``): its slots wait for one
 #: small claim instead of a thousand
 FIRST_BATCH = 10
@@ -63,17 +55,17 @@ class Engine:
     and ``set_aside``. The rest is its own state, touched by nothing outside this module."""
 
     code_entries: list[CodeEntry]
-    publish: Publisher
-    publish_batch: PublishBatch = contextlib.nullcontext
+    #: the broker side, handed to the engine's ``Dispatcher`` (``dispatch.py``)
+    publish: InitVar[dispatch.Publisher]
+    publish_batch: InitVar[dispatch.PublishBatch] = contextlib.nullcontext
     boot_id: uuid.UUID = field(default_factory=uuid.uuid4)
     hostname: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
     #: run in order after the publish retries while the database answers; an engine built
     #: without hooks still settles the claims of dead boots (R9), as ``default_hooks()`` does
     hooks: list[Hook] = field(default_factory=lambda: [recovery.InDoubtResend()])
-    #: the exceptions that mean "the broker is unreachable" (``publishing.broker_errors``);
-    #: any other exception a publish raises is about the message
-    broker_errors: tuple[type[BaseException], ...] = publishing.BROKER_UNAVAILABLE
+    #: the exceptions that mean "the broker is unreachable" (``publishing.broker_errors``)
+    broker_errors: InitVar[tuple[type[BaseException], ...]] = publishing.BROKER_UNAVAILABLE
     #: R26: measures this host's offset to the database's clock (``dbclock.sync``) and
     #: returns it in seconds for the boot row; None (the default, for tests that drive
     #: ``tick`` with their own instants): no measurement, nothing recorded
@@ -95,14 +87,20 @@ class Engine:
     _db_errors: dberrors.Reporter = field(default_factory=dberrors.Reporter)
     #: the custom schedule objects of this beat's code, by schedule name (R25)
     _customs: dict[str, timing.Custom] = field(init=False, default_factory=dict)
-    #: the real args/kwargs of the code schedules whose rows cannot hold them (R25)
-    _live: dict[str, LiveValues] = field(init=False, default_factory=dict)
+    #: what puts claims on the broker (R3, R5, R21, R25)
+    dispatcher: dispatch.Dispatcher = field(init=False)
 
-    def __post_init__(self) -> None:
+    def __post_init__(
+        self,
+        publish: dispatch.Publisher,
+        publish_batch: dispatch.PublishBatch,
+        broker_errors: tuple[type[BaseException], ...],
+    ) -> None:
         self._customs = {
             e.name: e.spec for e in self.code_entries if isinstance(e.spec, timing.Custom)
         }
-        self._live = {e.name: e.live for e in self.code_entries if e.live is not None}
+        live = {e.name: e.live for e in self.code_entries if e.live is not None}
+        self.dispatcher = dispatch.Dispatcher(publish, publish_batch, broker_errors, live)
 
     def _say_not_here(self, name: str) -> None:
         key = (0, f"custom:{name}")
@@ -224,17 +222,10 @@ class Engine:
         idle = s.MAX_INTERVAL
         if woken_on_change:
             idle = max(idle, s.HEARTBEAT_INTERVAL.total_seconds())
-        if self._last_heartbeat is None or now - self._last_heartbeat >= s.HEARTBEAT_INTERVAL:
-            now, offset = self._sync_clock(now)  # R26: with the heartbeat, no query per fire
-            if not boots.heartbeat(self.boot_id, now, offset):
-                boots.register_boot(self.boot_id, self.hostname, self.pid, now, offset)
-            self._last_heartbeat = now
-            self.memory.refresh()
         if self.retries:
             self._run_hook(self.retries.run, now)
         for hook in self.hooks:
             self._run_hook(hook, now)
-        horizon = now + dt.timedelta(seconds=idle)
         # A burst starts with a small batch, so that its first slots go out at once, and
         # goes on in full ones.
         limit = s.BATCH_SIZE if self._backlog_since is not None else min(s.BATCH_SIZE, FIRST_BATCH)
@@ -243,8 +234,11 @@ class Engine:
         claims: list[Claim] = []
         try:
             # One transaction per batch: the due rows are read (and, on PostgreSQL, locked:
-            # another beat takes the next batch), decided, and the whole batch claimed.
+            # another beat takes the next batch), decided, and the whole batch claimed. The
+            # heartbeat rides in it: an idle beat commits once per heartbeat, not five times.
             with transaction.atomic():
+                now = self._heartbeat(now)
+                horizon = now + dt.timedelta(seconds=idle)
                 rows = due_query.fetch_due(horizon, limit, lock=True)
                 wake = self._decide(rows, now, fires)
                 if fires:
@@ -274,6 +268,19 @@ class Engine:
         if wake is None:
             return max(MIN_SLEEP, idle)
         return sleep_until(wake, now, idle)
+
+    def _heartbeat(self, now: dt.datetime) -> dt.datetime:
+        """R17: the boot's heartbeat when it is due, with the clock's offset measured (R26:
+        with the heartbeat, no query per fire); ``now`` as that measurement moved it."""
+        last = self._last_heartbeat
+        if last is not None and now - last < conf.settings.HEARTBEAT_INTERVAL:
+            return now
+        now, offset = self._sync_clock(now)
+        if not boots.heartbeat(self.boot_id, now, offset):
+            boots.register_boot(self.boot_id, self.hostname, self.pid, now, offset)
+        self._last_heartbeat = now
+        self.memory.refresh()
+        return now
 
     def _run_hook(self, hook: Hook, now: dt.datetime) -> None:
         """A hook that fails for its own reasons is logged; firing goes on (R21). A database
@@ -378,107 +385,30 @@ class Engine:
         claims: list[Claim],
         now: dt.datetime,
     ) -> None:
-        """Publish what was claimed, after commit (R3), ``PUBLISH_GROUP`` claims per broker
-        round trip; one write confirms what went out. A message refused for its own content
-        fails its slot only (R21); a broker outage keeps the unsent claims for retry (R5)."""
+        """Publish what was claimed, after commit (R3); one write confirms what went out. A
+        message refused for its own content fails its slot only (R21); a broker outage
+        keeps the unsent claims for retry (R5)."""
         by_id = {due.id: (due, fire) for due, fire, _ in fires}
         for due, fire in by_id.values():
             if fire.reason == Reason.CATCH_UP:
                 self.caught_up.add(due.id)
         for claim in claims:
             self.memory.moved_on(claim.schedule, by_id[claim.schedule_id or 0][1].next_fire_at, now)
-        published: list[int] = []
-        refused: list[tuple[Claim, str]] = []
-        outage: str | None = None
-        for start in range(0, len(claims), PUBLISH_GROUP):
-            group = claims[start : start + PUBLISH_GROUP]
-            sent: list[Claim] = []
-            if outage is None:
-                sent, refused_here, outage = self._send_group(group)
-                refused += refused_here
-            settled = {c.task_id for c in sent} | {c.task_id for c, _ in refused}
-            for claim in group:
-                if claim.task_id in settled:
-                    continue
-                # Not sent (the broker is unreachable): keep it claimed and retry while it
-                # is worth sending (recovery.Retries) instead of dropping it.
-                due, fire = by_id[claim.schedule_id or 0]
-                give_up = recovery.give_up_at(
-                    fire.slot, fire.next_fire_at, due.catch_up, due.catch_up_window
-                )
-                self.retry_later(claim, give_up, now, outage or "not sent")
-            for claim in sent:
-                self._log_fire(claim)
-                if claim.run_id is not None:
-                    published.append(claim.run_id)
-        mark_published(published, now)
-        self.unpublishable(refused, now)
-
-    def _send_group(
-        self, group: list[Claim]
-    ) -> tuple[list[Claim], list[tuple[Claim, str]], str | None]:
-        """Send claims in one batch. Returns those sent, those refused for their own content
-        (with why), and the outage error that stopped the rest (None: no outage).
-
-        A batch whose send failed for the broker's sake counts as not sent: it is retried
-        (kombu cannot say which of its messages the broker took). One whose send failed
-        for any other reason is sent again one by one, to find the message at fault."""
-        sent: list[Claim] = []
-        refused: list[tuple[Claim, str]] = []
-        try:
-            with self.publish_batch():
-                for claim in group:
-                    r = self._send(claim)
-                    if r is None:
-                        sent.append(claim)
-                    elif r.outage:
-                        return sent, refused, r.error  # the batch still sends ``sent``
-                    else:
-                        refused.append((claim, r.error))
-        except Exception as exc:  # the batch's send at its exit
-            cause = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
-            error = f"{type(exc).__name__}: {exc}{cause}"
-            logger.error(
-                "publish of a batch of %d failed: %s",
-                len(sent),
-                error,
-                extra={"event": "publish_failed", "count": len(sent)},
+        out = self.dispatcher.dispatch(claims)
+        for claim in out.unsent:
+            # Not sent (the broker is unreachable): keep it claimed and retry while it is
+            # worth sending (recovery.Retries) instead of dropping it.
+            due, fire = by_id[claim.schedule_id or 0]
+            give_up = recovery.give_up_at(
+                fire.slot, fire.next_fire_at, due.catch_up, due.catch_up_window
             )
-            if self._broker_down(exc):
-                return [], refused, error
-            return self._send_one_by_one(sent, refused)
-        return sent, refused, None
-
-    def _send_one_by_one(
-        self, claims: list[Claim], refused: list[tuple[Claim, str]]
-    ) -> tuple[list[Claim], list[tuple[Claim, str]], str | None]:
-        sent: list[Claim] = []
-        for claim in claims:
-            r = self._send(claim)
-            if r is None:
-                sent.append(claim)
-            elif r.outage:
-                return sent, refused, r.error
-            else:
-                refused.append((claim, r.error))
-        return sent, refused, None
+            self.retry_later(claim, give_up, now, out.outage or "not sent")
+        mark_published([c.run_id for c in out.sent if c.run_id is not None], now)
+        self.unpublishable(out.refused, now)
 
     def unpublishable(self, refused: list[tuple[Claim, str]], now: dt.datetime) -> None:
-        """R21: claims whose message the broker client refused for its own content: each
-        run fails with why (run history, admin, ``check``); the slot is not retried."""
-        by_error: dict[str, list[int]] = {}
-        for claim, error in refused:
-            logger.error(
-                "unpublishable schedule=%s slot=%s: %s",
-                claim.schedule,
-                claim.slot.isoformat(),
-                error,
-                extra={"event": "unpublishable", "schedule": claim.schedule},
-            )
-            if claim.run_id is not None:
-                by_error.setdefault(error, []).append(claim.run_id)
-        for error, run_ids in by_error.items():
-            mark_unpublishable(run_ids, error, now)
+        """R21: fail the runs of claims whose message was refused for its own content."""
+        dispatch.fail_refused(refused, now)
 
     def retry_later(
         self, claim: Claim, give_up_at: dt.datetime, now: dt.datetime, error: str
@@ -489,55 +419,7 @@ class Engine:
 
     def try_publish(self, claim: Claim, now: dt.datetime) -> Refused | None:
         """Publish one claim; why it did not go out, or None when it went out."""
-        refused = self._send(claim)
-        if refused is None:
-            self._log_fire(claim)
-        return refused
-
-    def _send(self, claim: Claim) -> Refused | None:
-        try:
-            self.publish(self._with_live_values(claim))
-        except Exception as exc:  # the broker's errors are many; beat must not die of any
-            outage = self._broker_down(exc)
-            logger.error(
-                "publish failed schedule=%s slot=%s: %s",
-                claim.schedule,
-                claim.slot.isoformat(),
-                exc,
-                extra={"event": "publish_failed", "schedule": claim.schedule},
-            )
-            return Refused(f"{type(exc).__name__}: {exc}", outage)
-        return None
-
-    def _broker_down(self, exc: BaseException) -> bool:
-        return isinstance(exc, self.broker_errors)
-
-    def _with_live_values(self, claim: Claim) -> Claim:
-        """R25: every publish of a code schedule whose row holds the stored form of its
-        args/kwargs (a fire, a retry, an in-doubt resend, a fire from memory) sends its
-        entry's real values, the send-time ones computed now, as Celery's beat does."""
-        live = self._live.get(claim.schedule)
-        if live is None:
-            return claim
-        return claim.with_arguments(*live.evaluate(), live.callbacks)
-
-    @staticmethod
-    def _log_fire(claim: Claim) -> None:
-        logger.info(
-            "fire schedule=%s slot=%s reason=%s boot=%s task_id=%s",
-            claim.schedule,
-            claim.slot.isoformat(),
-            claim.reason,
-            claim.boot_id,
-            claim.task_id,
-            extra={
-                "event": "fire",
-                "schedule": claim.schedule,
-                "slot": claim.slot.isoformat(),
-                "reason": claim.reason,
-                "boot": str(claim.boot_id),
-            },
-        )
+        return self.dispatcher.send_one(claim)
 
     def set_aside(self, schedule_id: int, name: str, why: str) -> None:
         """R20, R21: set a row aside with its error, in a savepoint of its own."""

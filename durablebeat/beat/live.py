@@ -3,7 +3,7 @@ evaluates at each send, and values JSON cannot carry (a ``timedelta`` with the p
 serializer, a ``Decimal``...).
 
 The beat keeps such an entry's real ``args``/``kwargs`` in memory (``LiveValues``) and
-every publish of its schedule uses them (``Engine._send``). The row stores a readable JSON
+every publish of its schedule uses them (``dispatch.Dispatcher``). The row stores a readable JSON
 form instead, for the admin and the history: each value it cannot hold becomes a one-key
 object that says what it is, ``{"__computed_at_send__": "proj.stamps.now()"}`` or
 ``{"__python__": "datetime.timedelta(seconds=60)"}``. A row whose message holds these

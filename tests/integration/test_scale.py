@@ -376,7 +376,8 @@ def test_a_burst_goes_to_the_broker_in_batches_each_slot_once(broker, flushes):
     """A burst is published PUBLISH_GROUP messages per Redis round trip (kombu's publish
     batch), only after its claims committed (R3), each slot once (R4): a first batch of
     FIRST_BATCH claims, then full ones."""
-    from durablebeat.beat.engine import FIRST_BATCH, PUBLISH_GROUP
+    from durablebeat.beat.dispatch import PUBLISH_GROUP
+    from durablebeat.beat.engine import FIRST_BATCH
     from durablebeat.core import clock
     from durablebeat.schedulers import DurableScheduler
     from project.celery import app

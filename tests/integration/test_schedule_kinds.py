@@ -182,7 +182,7 @@ def test_the_real_scheduler_boots_the_whole_corpus_and_fires_it():
     sent: list[Any] = []
     with time_machine.travel(T0, tick=False) as clock:
         scheduler = DurableScheduler(app)
-        scheduler.engine.publish = sent.append
+        scheduler.engine.dispatcher.publish = sent.append
         now = T0
         for _ in range(30):
             scheduler.tick()

@@ -1,0 +1,63 @@
+"""Idle is idle: what a beat with nothing due costs the database per tick (R17, R26)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from durablebeat import conf, dbclock
+
+
+@contextmanager
+def _depths() -> Iterator[list[tuple[int, str]]]:
+    """Every statement sent while inside, with how deep in atomic blocks it ran (0: on
+    its own, autocommitted: one transaction each)."""
+    seen: list[tuple[int, str]] = []
+
+    def record(execute: Callable[..., Any], sql: str, *args: Any) -> Any:
+        seen.append((len(connection.atomic_blocks), sql))
+        return execute(sql, *args)
+
+    with connection.execute_wrapper(record):
+        yield seen
+
+
+@pytest.mark.dbclock
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_heartbeat_tick_is_one_transaction(make_engine, make_schedule, t0):
+    """The heartbeat, the clock readings (R26) and the due query of an idle tick commit
+    together: an idle beat's database cost is one transaction per heartbeat interval."""
+    make_schedule("later", every=3600, next_fire_at=t0 + dt.timedelta(days=30))
+    engine = make_engine(hooks=[], sync_clock=dbclock.sync)
+    engine.tick(t0, True)  # boot
+    at = t0 + conf.settings.HEARTBEAT_INTERVAL
+    with _depths() as seen:
+        assert engine.tick(at, True) >= conf.settings.HEARTBEAT_INTERVAL.total_seconds() - 1
+    assert any("durablebeat_boot" in sql and "UPDATE" in sql.upper() for _, sql in seen)
+    # (SQLite's own BEGIN opens the one transaction, before the block counts as entered)
+    alone = [sql for depth, sql in seen if depth == 0 and not sql.startswith("BEGIN")]
+    assert alone == []
+    assert engine._last_heartbeat is not None and engine._last_heartbeat >= at
+
+
+@pytest.mark.django_db
+def test_the_due_probes_compiled_once_take_each_ticks_horizon(make_schedule, t0):
+    """An idle tick reuses the due probes' SQL (compiling them was most of its CPU): the
+    horizon of each call is the one its rows are read with, in order, to the limit."""
+    from durablebeat.beat import due
+
+    for i in range(3):
+        make_schedule(f"s{i}", every=3600, next_fire_at=t0 + dt.timedelta(minutes=i))
+    make_schedule("new", every=3600)  # no next fire yet: the first probe's
+    due._COMPILED.clear()
+    seen = [
+        [r.name for r in due.fetch_due(t0 + dt.timedelta(minutes=m), 10)] for m in (-1, 0, 1, 5)
+    ]
+    assert seen == [["new"], ["new", "s0"], ["new", "s0", "s1"], ["new", "s0", "s1", "s2"]]
+    assert [r.name for r in due.fetch_due(t0 + dt.timedelta(minutes=5), 2)] == ["new", "s0"]
+    assert due._COMPILED  # reused, not compiled again each call
