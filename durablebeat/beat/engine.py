@@ -39,6 +39,7 @@ logger = logging.getLogger("durablebeat")
 #: the first batch of a burst (then ``DURABLEBEAT_BATCH_SIZE``): its slots wait for one
 #: small claim instead of a thousand
 FIRST_BATCH = 10
+_NOTHING = contextlib.nullcontext()
 #: the shortest sleep ``tick`` returns when it fired nothing (R21): a row that cannot be
 #: moved on, or a setting of zero, never turns the loop into a busy one
 MIN_SLEEP = 0.1
@@ -326,9 +327,14 @@ class Engine:
                     # deploy): left to a beat that has it, never set aside for it
                     self._say_not_here(row.name)
                     continue
-                due = due_from_row(row, self._customs.get(row.name))
-                message = Message.for_row(row)
-                action = decide(due, now, late_after, due.id in self.caught_up)
+                # R25, R21: a custom object's is_due is the project's code; what it raises (a
+                # query of its own that fails too) is this row's error, in a savepoint that
+                # keeps the batch's transaction usable for the other rows
+                asking = transaction.atomic() if row.kind == Kind.CUSTOM else _NOTHING
+                with asking:
+                    due = due_from_row(row, self._customs.get(row.name))
+                    message = Message.for_row(row)
+                    action = decide(due, now, late_after, due.id in self.caught_up)
                 _check_moves_on(action, now)
                 if isinstance(action, Fire):
                     fires.append((due, action, message))
@@ -345,7 +351,8 @@ class Engine:
                     else:
                         apply_miss(due, action, self.boot_id, now)
             except Exception as exc:
-                if not is_row_error(exc):
+                object_raised = row.kind == Kind.CUSTOM and not dberrors.is_unreachable(exc)
+                if not (is_row_error(exc) or object_raised):
                     raise
                 self.set_aside(row.pk, row.name, describe_row_error(exc))
         return wake

@@ -87,6 +87,46 @@ def test_a_custom_schedule_that_raises_is_set_aside_and_the_others_keep_firing(
     assert publisher.slots("boom") == []
 
 
+class AsksTheDatabase(BaseSchedule):  # type: ignore[misc]
+    """A project's schedule class that reads its own table, which is not there (yet)."""
+
+    def is_due(self, last_run_at: dt.datetime) -> tuple[bool, float]:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT hours FROM tenant_business_hours_missing")
+        return False, 60.0
+
+    def __repr__(self) -> str:
+        return "<business hours>"
+
+
+def test_a_custom_schedule_whose_own_query_fails_is_set_aside_and_the_batch_fires(
+    make_engine, publisher
+):
+    """R25, R21: is_due is the project's code; its failing query is that row's error, not a
+    database outage, and on PostgreSQL it must not abort the batch's transaction either."""
+    engine = make_engine(
+        {
+            "hours": {"task": TASK, "schedule": AsksTheDatabase()},
+            "minutely": {
+                "task": TASK,
+                "schedule": crontab(),
+                "options": {"durablebeat": {"overlap": "allow"}},
+            },
+        }
+    )
+    with time_machine.travel(T0, tick=False) as clock:
+        now = T0
+        for _ in range(30):
+            engine.tick(now)
+            now += dt.timedelta(seconds=5)
+            clock.move_to(now)
+    assert engine.db_ok
+    assert "tenant_business_hours_missing" in Schedule.objects.get(name="hours").error
+    assert len(publisher.slots("minutely")) >= 2
+
+
 def test_a_beat_without_the_custom_schedule_in_its_code_leaves_it_alone(make_engine, publisher):
     """A rolling deploy: the old beat, running, has no such entry; the new beat boots and
     adds it. The old one neither fires it nor sets it aside."""
