@@ -298,16 +298,7 @@ def claim_manual(row: Schedule, boot_id: uuid.UUID | None, now: dt.datetime) -> 
             task_id=str(uuid.uuid4()),
         )
         Schedule.objects.filter(pk=row.pk).update(last_fired_at=now)
-    return Claim(
-        run_id=run.pk,
-        task_id=run.task_id or "",
-        schedule_id=row.pk,
-        schedule=row.name,
-        slot=now,
-        reason=Reason.MANUAL,
-        boot_id=boot_id or uuid.UUID(int=0),
-        message=message,
-    )
+    return _claim_of_run(run, row, message)
 
 
 def claim_backfill(row: Schedule, slot: dt.datetime, now: dt.datetime) -> Claim | None:
@@ -326,14 +317,20 @@ def claim_backfill(row: Schedule, slot: dt.datetime, now: dt.datetime) -> Claim 
             )
     except IntegrityError:
         return None
+    return _claim_of_run(run, row, message)
+
+
+def _claim_of_run(run: Run, row: Schedule, message: Message) -> Claim:
+    """The claim of a run a person asked for (run now, backfill): written outside any beat
+    boot, so its boot id is the zero UUID when the run names none."""
     return Claim(
         run_id=run.pk,
         task_id=run.task_id or "",
         schedule_id=row.pk,
         schedule=row.name,
-        slot=slot,
-        reason=Reason.BACKFILL,
-        boot_id=uuid.UUID(int=0),
+        slot=run.slot,
+        reason=run.reason,
+        boot_id=run.boot_id or uuid.UUID(int=0),
         message=message,
     )
 
