@@ -7,6 +7,7 @@ Chromium and the screenshots: ``tests/e2e/browser.py``.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -46,7 +47,7 @@ def test_admin_create_refuse_run_now_and_history(browser, live_server, broker_qu
     from durablebeat.beat.engine import Engine
     from durablebeat.core import clock
     from durablebeat.enums import Reason
-    from durablebeat.models import Run, Schedule
+    from durablebeat.models import Boot, Run, Schedule
 
     User.objects.create_superuser("admin", "admin@example.com", "pw")
     # Beat, in this process, ticked by hand: its boot is alive and it sets next fires.
@@ -111,8 +112,13 @@ def test_admin_create_refuse_run_now_and_history(browser, live_server, broker_qu
     assert "morning-digest" in history and "Manual" in history and "Published" in history
     shot(b, "5-run-history")
 
-    # Beat stops: the schedule list says so above the list.
+    # Beat stops cleanly: a deploy, quiet while the next boot may come (R27) ...
     beat.close(clock.now())
+    b.get(f"{live_server.url}/admin/durablebeat/schedule/")
+    assert not b.find_elements(By.CSS_SELECTOR, ".durablebeat-health")
+    # ... and none came within the deploy grace: the schedule list says so above the list.
+    gone = clock.now() - dt.timedelta(minutes=10)
+    Boot.objects.filter(pk=beat.boot_id).update(heartbeat_at=gone, stopped_at=gone)
     b.get(f"{live_server.url}/admin/durablebeat/schedule/")
     summary = b.find_element(By.CSS_SELECTOR, ".durablebeat-health").text
     assert "durablebeat check would fail (critical)" in summary
