@@ -42,7 +42,10 @@ def test_an_idle_heartbeat_tick_is_one_transaction(make_engine, make_schedule, t
     # (SQLite's own BEGIN opens the one transaction, before the block counts as entered)
     alone = [sql for depth, sql in seen if depth == 0 and not sql.startswith("BEGIN")]
     assert alone == []
-    assert engine._last_heartbeat is not None and engine._last_heartbeat >= at
+    # this tick's heartbeat: at ``at``, give or take the change of the measured offset
+    # between the two readings (R26; a microsecond or so on MariaDB)
+    assert engine._last_heartbeat is not None
+    assert abs(engine._last_heartbeat - at) < dt.timedelta(seconds=1)
 
 
 @pytest.mark.django_db
