@@ -62,12 +62,12 @@ def test_a_custom_schedule_fires_once_per_slot_across_two_beats(make_engine, pub
     assert Run.objects.filter(schedule__name="quarters").count() == 4
 
 
-def test_a_custom_schedule_that_raises_is_set_aside_and_the_others_keep_firing(
-    make_engine, publisher
-):
+def _beside_a_minutely_job(make_engine: Any, name: str, custom: Any, ticks: int) -> Any:
+    """An engine with the custom schedule ``name`` and a minutely crontab, ticked every 5 s
+    (as a beat with minutely work wakes) ``ticks`` times from T0."""
     engine = make_engine(
         {
-            "boom": {"task": TASK, "schedule": Boom()},
+            name: {"task": TASK, "schedule": custom},
             "minutely": {
                 "task": TASK,
                 "schedule": crontab(),
@@ -77,10 +77,17 @@ def test_a_custom_schedule_that_raises_is_set_aside_and_the_others_keep_firing(
     )
     with time_machine.travel(T0, tick=False) as clock:
         now = T0
-        for _ in range(48):  # a tick every 5 s, as a beat with minutely work wakes
+        for _ in range(ticks):
             engine.tick(now)
             now += dt.timedelta(seconds=5)
             clock.move_to(now)
+    return engine
+
+
+def test_a_custom_schedule_that_raises_is_set_aside_and_the_others_keep_firing(
+    make_engine, publisher
+):
+    _beside_a_minutely_job(make_engine, "boom", Boom(), ticks=48)
     boom = Schedule.objects.get(name="boom")
     assert boom.error == "ValueError: boom: no next run"
     assert len(publisher.slots("minutely")) >= 3
@@ -106,22 +113,7 @@ def test_a_custom_schedule_whose_own_query_fails_is_set_aside_and_the_batch_fire
 ):
     """R25, R21: is_due is the project's code; its failing query is that row's error, not a
     database outage, and on PostgreSQL it must not abort the batch's transaction either."""
-    engine = make_engine(
-        {
-            "hours": {"task": TASK, "schedule": AsksTheDatabase()},
-            "minutely": {
-                "task": TASK,
-                "schedule": crontab(),
-                "options": {"durablebeat": {"overlap": "allow"}},
-            },
-        }
-    )
-    with time_machine.travel(T0, tick=False) as clock:
-        now = T0
-        for _ in range(30):
-            engine.tick(now)
-            now += dt.timedelta(seconds=5)
-            clock.move_to(now)
+    engine = _beside_a_minutely_job(make_engine, "hours", AsksTheDatabase(), ticks=30)
     assert engine.db_ok
     assert "tenant_business_hours_missing" in Schedule.objects.get(name="hours").error
     assert len(publisher.slots("minutely")) >= 2
