@@ -35,7 +35,11 @@ def test_an_idle_heartbeat_tick_is_one_transaction(make_engine, make_schedule, t
     make_schedule("later", every=3600, next_fire_at=t0 + dt.timedelta(days=30))
     engine = make_engine(hooks=[], sync_clock=dbclock.sync)
     engine.tick(t0, True)  # boot
-    at = t0 + conf.settings.HEARTBEAT_INTERVAL
+    # The boot measured the offset to the database's clock (microseconds either way here)
+    # and moved its instant by it; later ticks' instants carry it (``clock.now()``), so the
+    # next heartbeat is due one interval after the boot's as recorded, not after ``t0``.
+    assert engine._last_heartbeat is not None
+    at = engine._last_heartbeat + conf.settings.HEARTBEAT_INTERVAL
     with _depths() as seen:
         assert engine.tick(at, True) >= conf.settings.HEARTBEAT_INTERVAL.total_seconds() - 1
     assert any("durablebeat_boot" in sql and "UPDATE" in sql.upper() for _, sql in seen)
