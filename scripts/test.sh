@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: lint; unit, integration and e2e (real celery beat and
-# worker processes, the admin in headless Chromium) on PostgreSQL and Redis; the integration
-# suite again on SQLite; then the matrix of supported stacks (README: "Supported versions"),
-# each cell in a venv of its own (.venv-<cell>) with its Django pinned. Exits non-zero when
-# any test fails or none ran. DURABLEBEAT_MATRIX=0 skips the matrix (a quicker local run).
+# worker processes, the admin in headless Chromium) on PostgreSQL and Redis; beside it, the
+# integration suite on SQLite and the matrix of supported stacks (README: "Supported
+# versions"), each cell in a venv of its own (.venv-<cell>) with its Django pinned; then the
+# e2e restart and outage tests on MariaDB and RabbitMQ. Exits non-zero when any test fails
+# or none ran. DURABLEBEAT_MATRIX=0 skips the matrix (a quicker local run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh || exit 1
@@ -24,8 +25,6 @@ run() {  # python, pytest arguments...
 "$PY" -m ruff check . || status=1
 "$PY" -m ruff format --check . || status=1
 "$PY" -m mypy || status=1  # strict, on durablebeat/ and project/ (pyproject's [tool.mypy])
-DURABLEBEAT_TEST_DB=postgres run "$PY" tests "$@"
-DURABLEBEAT_TEST_DB=sqlite run "$PY" tests/integration -m "not postgres_only" "$@"
 
 python_for() {  # "3.12" -> the newest 3.12.x interpreter pyenv has; fails loudly without
     if ! command -v pyenv >/dev/null 2>&1; then
@@ -73,14 +72,21 @@ cell_done() {
     timings+=("$1: $((SECONDS - cell_start)) s")
 }
 
-if [ "${DURABLEBEAT_MATRIX:-1}" != "0" ]; then
-    # Every Python (3.11 above), Django (5.2 above) and database at least once; the
-    # end-to-end restart and outage tests once on MariaDB with RabbitMQ as the broker.
+# The runs without real processes (unit and integration tests: the SQLite run and every
+# matrix cell's) go side by side with the PostgreSQL run, whose end-to-end tests mostly
+# wait on real beat and worker processes: the whole suite in about two thirds of the time
+# it takes one run after another. They run niced, on test databases and a Redis database
+# of their own (DURABLEBEAT_TEST_SUFFIX, DURABLEBEAT_TEST_REDIS_DB), their output kept in
+# test-output/side.log and printed when they end. The e2e runs stay one at a time.
+side() {
+    renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true  # what it starts inherits it
+    export DURABLEBEAT_TEST_SUFFIX=_side DURABLEBEAT_TEST_REDIS_DB=13
+    DURABLEBEAT_TEST_DB=sqlite run "$PY" tests/integration -m "not postgres_only" "$@"
+    [ "${DURABLEBEAT_MATRIX:-1}" = "0" ] && exit $status
+    # Every Python (3.11 above), Django (5.2 above) and database at least once.
     if cell py312-django6-mariadb 3.12 "~=6.0"; then
         DURABLEBEAT_TEST_DB=mariadb run "$CELL_PY" tests/unit tests/integration \
             -m "not postgres_only"
-        DURABLEBEAT_TEST_DB=mariadb DURABLEBEAT_TEST_BROKER=amqp run "$CELL_PY" \
-            tests/e2e/test_restarts.py tests/e2e/test_outages.py
         cell_done py312-django6-mariadb
     fi
     if cell py313-django6 3.13 "~=6.0"; then
@@ -95,5 +101,28 @@ if [ "${DURABLEBEAT_MATRIX:-1}" != "0" ]; then
         cell_done py312-django42-postgres
     fi
     printf 'matrix cell time: %s\n' "${timings[@]}"
+    exit $status
+}
+side_start=$SECONDS
+(side "$@") >test-output/side.log 2>&1 &
+side_pid=$!
+trap 'kill "$side_pid" 2>/dev/null' EXIT
+
+main_start=$SECONDS
+DURABLEBEAT_TEST_DB=postgres run "$PY" tests "$@"
+echo "PostgreSQL run (unit, integration, e2e): $((SECONDS - main_start)) s"
+
+wait "$side_pid" || status=1
+trap - EXIT
+echo "=== the side runs (SQLite, matrix cells' unit and integration tests), as they printed"
+cat test-output/side.log
+echo "side runs: $((SECONDS - side_start)) s"
+
+if [ "${DURABLEBEAT_MATRIX:-1}" != "0" ] && [ -x .venv-py312-django6-mariadb/bin/python ]; then
+    # The end-to-end restart and outage tests once on MariaDB with RabbitMQ as the broker.
+    e2e_start=$SECONDS
+    DURABLEBEAT_TEST_DB=mariadb DURABLEBEAT_TEST_BROKER=amqp run \
+        .venv-py312-django6-mariadb/bin/python tests/e2e/test_restarts.py tests/e2e/test_outages.py
+    echo "MariaDB + RabbitMQ e2e: $((SECONDS - e2e_start)) s"
 fi
 exit $status
