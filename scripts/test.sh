@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: lint; unit, integration and e2e (real celery beat and
 # worker processes, the admin in headless Chromium) on PostgreSQL and Redis; beside it, the
-# integration suite on SQLite and the matrix of supported stacks (README: "Supported
-# versions"), each cell in a venv of its own (.venv-<cell>) with its Django pinned; then the
-# e2e restart and outage tests on MariaDB and RabbitMQ. Exits non-zero when any test fails
-# or none ran. DURABLEBEAT_MATRIX=0 skips the matrix (a quicker local run).
+# integration suite on SQLite and the matrix of supported stacks (docs/configuration.md,
+# "Supported versions"), each cell in a venv of its own (.venv-<cell>) with its Django
+# pinned; then the e2e restart and outage tests on MariaDB and RabbitMQ. Exits non-zero when
+# any test fails or none ran. DURABLEBEAT_MATRIX=0 skips the matrix (a quicker local run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh || exit 1
@@ -95,7 +95,7 @@ side() {
         cell_done py313-django6
     fi
     # Django 4.2 on PostgreSQL: on SQLite it has no IMMEDIATE transactions (Django 5.1+),
-    # so two beats at once there meet "database is locked" (README: Supported versions).
+    # so two beats at once there meet "database is locked" (docs/configuration.md: Supported versions).
     if cell py312-django42-postgres 3.12 "~=4.2.0"; then
         DURABLEBEAT_TEST_DB=postgres run "$CELL_PY" tests/unit tests/integration
         cell_done py312-django42-postgres

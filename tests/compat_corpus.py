@@ -109,7 +109,7 @@ def _solars() -> dict[str, Any]:
 def _sub_second() -> dict[str, Any]:
     """Intervals under a second, as Celery's beat runs them (R25). Not here: ``relative=True``
     under a second, whose fires under Celery's beat follow its loop's own sleeps (the
-    README's "Coming from Celery's beat" says what durablebeat does)."""
+    docs/switching.md's "Coming from Celery's beat" says what durablebeat does)."""
     return {
         "half-second-float": 0.5,
         "timedelta-200ms": dt.timedelta(milliseconds=200),

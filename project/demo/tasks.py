@@ -1,4 +1,4 @@
-"""Example tasks of the demo: one of each kind the README talks about."""
+"""Example tasks of the demo: one of each kind the docs talk about."""
 
 import logging
 

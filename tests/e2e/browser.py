@@ -65,7 +65,8 @@ def chromium(width: int, height: int) -> Iterator[Any]:
 
 
 def shot(driver: Any, name: str, *, keep: bool = False) -> Path:
-    """A screenshot of the page as ``name``.png; ``keep``: one of the README's pictures."""
+    """A screenshot of the page as ``name``.png; ``keep``: one of the pictures of
+    docs/operations.md."""
     OUTPUT.mkdir(parents=True, exist_ok=True)
     path = OUTPUT / f"{name}.png"
     driver.save_screenshot(str(path))

@@ -3,7 +3,7 @@ prepared with a starved schedule, a stuck one, a schedule firing on every deploy
 slot caught up at a deploy, a failing schedule and an orphaned run. Each is seen on the
 timeline by its mark's shape and words, and a mark leads to its run.
 
-Its screenshots are the README's pictures, kept in ``tests/e2e/screenshots/``
+Its screenshots are the pictures of docs/operations.md, kept in ``tests/e2e/screenshots/``
 (``DURABLEBEAT_UPDATE_SCREENSHOTS=1`` takes them again; see ``tests/e2e/browser.py``).
 """
 

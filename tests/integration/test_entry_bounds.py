@@ -200,8 +200,8 @@ def test_a_row_that_raises_anything_is_skipped_by_name(t0, monkeypatch):
 def test_an_imported_row_named_in_beat_schedule_is_code_defined_and_kept_at_boot(
     make_engine, publisher, monkeypatch, t0
 ):
-    """README: a row whose name matches a beat_schedule entry becomes code-defined at beat's
-    first boot and keeps the imported next fire when its timing is the same."""
+    """docs/switching.md: a row whose name matches a beat_schedule entry becomes code-defined
+    at beat's first boot and keeps the imported next fire when its timing is the same."""
     task = periodic("digest", 1, IntervalSchedule.MINUTES)
     PeriodicTask.objects.filter(pk=task.pk).update(last_run_at=t0 - 30 * S)
     monkeypatch.setitem(app.conf, "beat_schedule", code())

@@ -1,4 +1,5 @@
-"""Pure schedule math (R3, R7, R20; README "Crontab fields and daylight saving time").
+"""Pure schedule math (R3, R7, R20; docs/configuration.md, "Crontab fields and daylight
+saving time").
 
 Fixed datetimes pin the documented rules; hypothesis checks ``next_slot``, ``slots_between``,
 ``latest_slot`` and ``advance`` against the brute-force minute-by-minute oracle in
@@ -233,7 +234,8 @@ def test_one_off_time_is_kept_in_utc():
 
 
 # ---------------------------------------------------------------------------------------------
-# DST, as the README documents it: every wall slot fires once, never zero times, never twice
+# DST, as docs/configuration.md documents it: every wall slot fires once, never zero times,
+# never twice
 
 
 def test_spring_forward_wall_time_fires_once_shifted_forward_by_the_gap_in_berlin():
