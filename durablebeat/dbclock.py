@@ -18,9 +18,11 @@ R5) and never raises: it is logged.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -37,6 +39,14 @@ REFRESH_AFTER = 60.0
 #: a wall clock that moved this many seconds more (or less) than the monotonic clock
 #: between two looks has jumped: beat measures again at once (``watch_jumps``)
 JUMP = 1.0
+#: seconds on a clock that never steps and, unlike ``time.monotonic`` on Linux, goes on
+#: counting while the host is suspended: a laptop or VM resumed after ten minutes has a wall
+#: clock ten minutes further on, rightly, and ``watch_jumps`` must not read that as a step
+elapsed: Callable[[], float] = (
+    functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME)
+    if hasattr(time, "CLOCK_BOOTTIME")
+    else time.monotonic
+)
 #: the query that reads the server's clock, per Django vendor (None: one host, no query)
 QUERIES = {
     "postgresql": "SELECT clock_timestamp()",
@@ -46,7 +56,7 @@ QUERIES = {
 _lock = threading.Lock()
 _last: clock.Sample | None = None
 _tried_at: float | None = None  # time.monotonic() of the last try, successful or not
-_looked: tuple[dt.datetime, float] | None = None  # watch_jumps: (local wall, monotonic)
+_looked: tuple[dt.datetime, float] | None = None  # watch_jumps: (local wall, elapsed())
 _failing = False  # the last reading failed (its warning is said once)
 
 
@@ -132,16 +142,16 @@ def refresh(max_age: float = REFRESH_AFTER, using: str = DEFAULT_DB_ALIAS) -> No
 
 
 def watch_jumps(using: str = DEFAULT_DB_ALIAS) -> bool:
-    """When this host's wall clock jumped since the last look (it moved unlike the
-    monotonic clock), take the jump out of the offset and measure again at once: a clock
-    stepped forward or back while beat runs moves no "now" (R26). One look per tick, no
-    query unless it jumped."""
+    """When this host's wall clock jumped since the last look (it moved unlike ``elapsed``,
+    which a suspend does not stop), take the jump out of the offset and measure again at
+    once: a clock stepped forward or back while beat runs moves no "now" (R26). One look
+    per tick, no query unless it jumped."""
     global _looked
-    wall, mono = clock.local_now(), time.monotonic()
-    last, _looked = _looked, (wall, mono)
+    wall, since_boot = clock.local_now(), elapsed()
+    last, _looked = _looked, (wall, since_boot)
     if last is None or _last is None:
         return False
-    drift = (wall - last[0]).total_seconds() - (mono - last[1])
+    drift = (wall - last[0]).total_seconds() - (since_boot - last[1])
     if abs(drift) < JUMP:
         return False
     logger.warning(
@@ -150,7 +160,7 @@ def watch_jumps(using: str = DEFAULT_DB_ALIAS) -> bool:
         extra={"event": "clock_jump", "jump": drift},
     )
     # Undo the jump first, with no IO: should the reading fail (the database is down),
-    # "now" still moves on as the monotonic clock did (R5).
+    # "now" still moves on as ``elapsed`` did (R5).
     with _lock:
         clock.set_offset(clock.offset() - dt.timedelta(seconds=drift))
     measure(using)

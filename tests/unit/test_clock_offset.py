@@ -57,3 +57,51 @@ def test_now_is_the_local_clock_plus_the_offset(time_machine):
     assert clock.now() == T - 90 * S
     assert clock.local_now() == T
     assert clock.offset() == -90 * S
+
+
+@pytest.mark.parametrize(
+    ("wall", "since_boot", "jumped"),
+    [(600, 600, False), (600, 0, True), (-3600, 5, True), (5, 5, False)],
+    ids=["suspended-10-min", "stepped-forward", "stepped-back", "ran-on"],
+)
+def test_a_host_suspended_and_resumed_has_not_jumped(monkeypatch, wall, since_boot, jumped):
+    """R26: a jump is the wall clock moving unlike a clock that counts a suspend too. A host
+    suspended for ten minutes comes back with both ten minutes on: "now" moves with them
+    (with ``time.monotonic``, which a suspend stops on Linux, it read as a 10-min step and
+    "now" stayed ten minutes behind until the database answered)."""
+    from durablebeat import dbclock
+
+    readings = iter([(T, 100.0), (T + wall * S, 100.0 + since_boot)])
+    current: list[tuple[dt.datetime, float]] = []
+
+    def advance() -> None:
+        current[:] = [next(readings)]
+
+    monkeypatch.setattr(clock, "local_now", lambda: current[0][0])
+    monkeypatch.setattr(dbclock, "elapsed", lambda: current[0][1])
+    measured: list[str] = []
+    monkeypatch.setattr(dbclock, "measure", lambda using="default": measured.append(using))
+    dbclock.forget()
+    monkeypatch.setattr(dbclock, "_last", clock.Sample(clock.ZERO, clock.ZERO))
+    advance()
+    assert not dbclock.watch_jumps()  # the first look
+    advance()
+    assert dbclock.watch_jumps() is jumped
+    assert clock.offset() == (-(wall - since_boot) * S if jumped else clock.ZERO)
+    assert measured == (["default"] if jumped else [])
+    dbclock.forget()
+
+
+def test_elapsed_is_the_clock_that_counts_a_suspend_where_the_kernel_has_one():
+    import functools
+    import time
+
+    from durablebeat import dbclock
+
+    if not hasattr(time, "CLOCK_BOOTTIME"):
+        pytest.skip("no CLOCK_BOOTTIME here (not Linux): time.monotonic")
+    assert isinstance(dbclock.elapsed, functools.partial)
+    assert (dbclock.elapsed.func, dbclock.elapsed.args) == (
+        time.clock_gettime,
+        (time.CLOCK_BOOTTIME,),
+    )
