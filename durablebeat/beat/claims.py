@@ -36,10 +36,10 @@ from ..models import (
     Schedule,
 )
 from ..validation import storable
-from ..worker.reclaim import dead_reason, mark_no_news_runs, worker_seen_at
 from . import batch_claim
 from .boots import dead_q
 from .due import Claim, Message, is_row_error
+from .liveness import dead_reason, mark_no_news_runs, worker_seen_at
 
 logger = logging.getLogger("durablebeat")
 

@@ -24,15 +24,17 @@ from .. import conf
 from ..core import clock, timing
 from ..core.policy import Defer, Due, Fire, Miss, decide
 from ..enums import Kind, Reason
-from . import boots, dberrors, dispatch, notify, publishing, recovery
+from . import boots, dberrors, dispatch, notify, publishing
 from . import due as due_query
 from .claims import apply_defer, apply_miss, mark_published
 from .claims import claim as claim_batch
 from .codesync import CodeEntry
 from .codesync import sync as sync_code
 from .due import Claim, Message, describe_row_error, due_from_row, is_row_error
+from .hooks import default_hooks
 from .loop import Hook, Refused
 from .outage import OutageFire, OutageMemory
+from .retries import Retries, give_up_at
 
 logger = logging.getLogger("durablebeat")
 
@@ -62,9 +64,8 @@ class Engine:
     boot_id: uuid.UUID = field(default_factory=uuid.uuid4)
     hostname: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
-    #: run in order after the publish retries while the database answers; an engine built
-    #: without hooks still settles the claims of dead boots (R9), as ``default_hooks()`` does
-    hooks: list[Hook] = field(default_factory=lambda: [recovery.InDoubtResend()])
+    #: run in order after the publish retries while the database answers (``hooks``)
+    hooks: list[Hook] = field(default_factory=default_hooks)
     #: the exceptions that mean "the broker is unreachable" (``publishing.broker_errors``)
     broker_errors: InitVar[tuple[type[BaseException], ...]] = publishing.BROKER_UNAVAILABLE
     #: R26: measures this host's offset to the database's clock (``dbclock.sync``) and
@@ -77,7 +78,7 @@ class Engine:
     caught_up: set[int] = field(default_factory=set)
     #: the code schedules and the fires sent while the database is down (R5)
     memory: OutageMemory = field(default_factory=OutageMemory)
-    retries: recovery.Retries = field(default_factory=recovery.Retries)
+    retries: Retries = field(default_factory=Retries)
     _last_db_try: dt.datetime | None = None
     _last_heartbeat: dt.datetime | None = None
     _db_failures: int = 0
@@ -404,11 +405,9 @@ class Engine:
         out = self.dispatcher.dispatch(claims)
         for claim in out.unsent:
             # Not sent (the broker is unreachable): keep it claimed and retry while it is
-            # worth sending (recovery.Retries) instead of dropping it.
+            # worth sending (``retries``) instead of dropping it.
             due, fire = by_id[claim.schedule_id or 0]
-            give_up = recovery.give_up_at(
-                fire.slot, fire.next_fire_at, due.catch_up, due.catch_up_window
-            )
+            give_up = give_up_at(fire.slot, fire.next_fire_at, due.catch_up, due.catch_up_window)
             self.retry_later(claim, give_up, now, out.outage or "not sent")
         mark_published([c.run_id for c in out.sent if c.run_id is not None], now)
         self.unpublishable(out.refused, now)

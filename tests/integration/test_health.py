@@ -296,8 +296,8 @@ def test_published_within_the_no_news_bound_is_silent(healthy, make_run, t0):
 def test_a_countdowns_run_has_no_news_only_past_its_eta_plus_the_bound(healthy, make_run, t0):
     """R22 + R25: a message delayed by countdown is not started before its ETA; check, the
     no-news round and the overlap evidence wait for it, then say so as for any run."""
+    from durablebeat.beat import reclaim
     from durablebeat.beat.claims import _in_flight
-    from durablebeat.worker import reclaim
 
     Schedule.objects.filter(pk=healthy.pk).update(countdown=600)
     run = make_run(healthy, t0 - 5 * MIN, state=RunState.PUBLISHED, published_at=t0 - 5 * MIN)

@@ -273,7 +273,7 @@ def test_a_batch_whose_send_fails_for_the_broker_is_retried(
 def test_a_retried_message_refused_for_its_content_fails_and_the_others_go_out(
     make_engine, make_schedule, publisher, t0
 ):
-    """recovery.Retries: after an outage, a message refused for its content fails its slot
+    """retries.Retries: after an outage, a message refused for its content fails its slot
     and does not stop the retries behind it."""
     _batch(make_schedule, t0)
     publisher.fail = True
@@ -518,7 +518,7 @@ def test_a_started_run_with_a_limit_that_is_no_number_of_seconds_never_stops_the
 
     if connection.vendor == "mysql" and not math.isfinite(limit):
         pytest.skip("MariaDB/MySQL cannot store inf or NaN in a float column")
-    from durablebeat.worker import reclaim
+    from durablebeat.beat import reclaim
 
     job = make_schedule("job", every=60, next_fire_at=t0)
     odd = make_run(job, t0 - 60 * S, state=RunState.STARTED, started_at=t0 - 3000 * S)
