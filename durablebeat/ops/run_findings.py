@@ -19,9 +19,10 @@ from ..core import clock, timing
 from ..core.policy import hard_limit
 from ..enums import Kind, RunState
 from ..models import TIMING_FIELDS, Run, Schedule
+from ..words import ago
 from ..worker.completion import UNTRACKED
 from . import coverage
-from .findings import Finding, active_schedules, ago, unreadable_row
+from .findings import Finding, active_schedules, unreadable_row
 
 # --- runs ---------------------------------------------------------------------------------
 
