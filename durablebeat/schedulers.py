@@ -20,9 +20,9 @@ from .beat import defaults, notify, publishing
 from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
 from .beat.dberrors import DatabaseUnusable
 from .beat.dispatch import PUBLISH_GROUP
-from .beat.due import Claim
 from .beat.engine import MIN_SLEEP, Engine
 from .beat.live import serializer_of
+from .beat.messages import Claim
 from .core import clock
 
 logger = logging.getLogger("durablebeat")

@@ -38,8 +38,9 @@ from ..models import (
 from ..validation import storable
 from . import batch_claim
 from .boots import dead_q
-from .due import Claim, Message, is_row_error
+from .due import is_row_error
 from .liveness import dead_reason, mark_no_news_runs, worker_seen_at
+from .messages import Claim, Message
 
 logger = logging.getLogger("durablebeat")
 

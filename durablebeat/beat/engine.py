@@ -30,9 +30,10 @@ from .claims import apply_defer, apply_miss, mark_published
 from .claims import claim as claim_batch
 from .codesync import CodeEntry
 from .codesync import sync as sync_code
-from .due import Claim, Message, describe_row_error, due_from_row, is_row_error
+from .due import describe_row_error, due_from_row, is_row_error
 from .hooks import default_hooks
 from .loop import Hook, Refused
+from .messages import Claim, Message
 from .outage import OutageFire, OutageMemory
 from .retries import Retries, give_up_at
 
@@ -377,12 +378,12 @@ class Engine:
             published = self.try_publish(claim, now) is None
             self.memory.remember(
                 OutageFire(
-                    due.name,
-                    fire.slot,
-                    fire.reason,
-                    claim.task_id,
-                    now if published else None,
-                    fire.next_fire_at,
+                    schedule=due.name,
+                    slot=fire.slot,
+                    reason=fire.reason,
+                    task_id=claim.task_id,
+                    published_at=now if published else None,
+                    next_fire_at=fire.next_fire_at,
                 ),
             )
             self.memory.moved_on(due.name, fire.next_fire_at, now)

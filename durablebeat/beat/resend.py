@@ -16,8 +16,9 @@ from ..core import clock
 from ..enums import Reason
 from ..models import Run
 from .claims import in_doubt_runs, mark_missed, mark_published, take_over
-from .due import Claim, Message, describe_row_error, is_row_error
+from .due import describe_row_error, is_row_error
 from .loop import Loop
+from .messages import Claim, Message
 
 logger = logging.getLogger("durablebeat")
 

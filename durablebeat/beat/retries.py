@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from ..core import clock
 from .claims import mark_missed, mark_published
-from .due import Claim
 from .loop import Loop
+from .messages import Claim
 
 logger = logging.getLogger("durablebeat")
 

@@ -45,7 +45,7 @@ from .backlog import Write, backlog
 
 logger = logging.getLogger("durablebeat")
 
-#: the header every durablebeat message carries (``beat.due.Claim.headers``)
+#: the header every durablebeat message carries (``beat.messages.Claim.headers``)
 HEADER = "durablebeat_schedule"
 SOFT_SIGNAL = getattr(signal, "SIGUSR1", None)  # billiard's soft time limit signal
 #: seconds between liveness writes while they fail

@@ -22,7 +22,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from durablebeat.beat import publishing, reclaim
 from durablebeat.beat.claims import claim_manual
 from durablebeat.beat.codesync import REFUSED_OPTIONS, BadEntry, parse_beat_schedule, sync
-from durablebeat.beat.due import Message
+from durablebeat.beat.messages import Message
 from durablebeat.enums import RunState
 from durablebeat.forms import ScheduleForm
 from durablebeat.models import MESSAGE_OPTIONS, Run, Schedule, WorkerHeartbeat

@@ -19,7 +19,8 @@ from django.test.utils import CaptureQueriesContext
 from durablebeat.beat.batch_claim import claim_many
 from durablebeat.beat.boots import register_boot
 from durablebeat.beat.claims import claim
-from durablebeat.beat.due import Message, due_from_row, fetch_due
+from durablebeat.beat.due import due_from_row, fetch_due
+from durablebeat.beat.messages import Message
 from durablebeat.core.policy import Fire, decide
 from durablebeat.models import Run, Schedule
 
