@@ -1,5 +1,6 @@
-"""What firing a slot sends (R3, R24, R25): the broker message of a schedule, and the claim
-that carries it, a slot this beat owns and must publish."""
+"""What firing a slot sends (R3, R24, R25): the broker message of a schedule, a slot
+decided to fire with the message it sends (``ToFire``), and the claim that carries it, a
+slot this beat owns and must publish."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import validation
+from ..core.policy import Due, Fire
 from ..models import MESSAGE_OPTIONS, Schedule
 from .codesync import CodeEntry
 
@@ -40,6 +42,16 @@ class Message:
         row = Schedule(name=entry.name)
         entry.apply_to(row)
         return cls.for_row(row)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToFire:
+    """One due row the policy said to fire now (``Engine._decide``): the schedule as read,
+    the policy's answer, and the message its slot sends. What ``claims.claim`` claims."""
+
+    due: Due
+    fire: Fire
+    message: Message
 
 
 @dataclass(frozen=True, kw_only=True)

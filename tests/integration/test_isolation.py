@@ -116,15 +116,15 @@ def test_a_row_whose_claim_raises_anything_is_set_aside_and_the_batch_fires(
     bad_id = bad.pk
 
     def breaking(real):
-        def claim(pairs_or_due, *args, **kwargs):
+        def claim(fires_or_due, *args, **kwargs):
             ids = (
-                [pairs_or_due.id]
-                if isinstance(pairs_or_due, policy.Due)
-                else [d.id for d, _ in pairs_or_due]
+                [fires_or_due.id]
+                if isinstance(fires_or_due, policy.Due)
+                else [f.due.id for f in fires_or_due]
             )
             if bad_id in ids:
                 raise exc
-            return real(pairs_or_due, *args, **kwargs)
+            return real(fires_or_due, *args, **kwargs)
 
         return claim
 
