@@ -61,6 +61,15 @@ class RunState(models.TextChoices):
     MISSED = "missed", "Missed"  #: not sent: the slot could not go out while it was worth sending
 
 
+class Failure(models.TextChoices):
+    """Why a failed run failed, where the ledger knows more than its error (R21). Blank: the
+    task's body failed, or the run did not fail."""
+
+    #: never sent: the broker client refused the message for its own content (an expiry it
+    #: cannot encode, an unserialisable argument); ``check`` reports it as ``unpublishable``
+    UNPUBLISHABLE = "unpublishable", "Message refused"
+
+
 IN_FLIGHT_STATES = (RunState.CLAIMED, RunState.PUBLISHED, RunState.STARTED)
 FINAL_STATES = (
     RunState.SUCCEEDED,

@@ -30,7 +30,7 @@ from ..core.policy import (
     news_overdue,
     no_news_bound,
 )
-from ..enums import IN_FLIGHT_STATES, Overlap, Reason, RunState
+from ..enums import IN_FLIGHT_STATES, Failure, Overlap, Reason, RunState
 from ..models import (
     MissedSlots,
     Run,
@@ -219,7 +219,8 @@ def claim_or_split(fires: Sequence[ToFire], boot_id: uuid.UUID, now: dt.datetime
     return Claimed(claims=claims, refused=refused)
 
 
-#: how a run whose message the broker client refused begins its detail (``check`` finds it)
+#: how a run whose message the broker client refused begins its detail (the admin's words;
+#: ``check`` finds such a run by its ``failure``)
 UNPUBLISHABLE = "not published, the message was refused"
 
 
@@ -234,7 +235,13 @@ def mark_unpublishable(run_ids: Sequence[int], error: str, now: dt.datetime) -> 
     with transaction.atomic():
         runs = Run.objects.filter(pk__in=list(run_ids), state=RunState.CLAIMED)
         schedule_ids = list(runs.values_list("schedule_id", flat=True))
-        runs.update(state=RunState.FAILED, detail=detail, error=error, finished_at=now)
+        runs.update(
+            state=RunState.FAILED,
+            failure=Failure.UNPUBLISHABLE,
+            detail=detail,
+            error=error,
+            finished_at=now,
+        )
         Schedule.objects.filter(pk__in=schedule_ids).exclude(last_failed_at__gt=now).update(
             last_failed_at=now, last_outcome=RunState.FAILED
         )

@@ -18,7 +18,7 @@ from durablebeat.beat import batch_claim, boots, claims, outage
 from durablebeat.beat import engine as engine_module
 from durablebeat.beat.engine import MIN_SLEEP
 from durablebeat.core import policy, timing
-from durablebeat.enums import RunState
+from durablebeat.enums import Failure, RunState
 from durablebeat.models import Run, Schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -212,7 +212,7 @@ def test_a_message_refused_for_its_content_fails_its_slot_and_the_group_goes_out
     assert sorted(c.schedule for c in publisher.claims) == sorted(GOOD)
     assert Run.objects.filter(state=RunState.PUBLISHED).count() == len(GOOD)
     run = Run.objects.get(schedule__name="bad")
-    assert run.state == RunState.FAILED
+    assert (run.state, run.failure) == (RunState.FAILED, Failure.UNPUBLISHABLE)
     assert type(exc).__name__ in run.error and "refused" in run.detail
     assert run.finished_at == t0
     bad = Schedule.objects.get(name="bad")
