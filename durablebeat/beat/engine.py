@@ -380,28 +380,44 @@ class Engine:
         self._lost_db(now, exc)
         for f in fires:
             due, fire = f.due, f.fire
-            claim = Claim(
-                run_id=None,
-                task_id=str(uuid.uuid4()),
-                schedule_id=due.id,
-                schedule=due.name,
-                slot=fire.slot,
-                reason=fire.reason,
-                boot_id=self.boot_id,
-                message=f.message,
+            task_id, published_at = self._send_unrecorded(
+                due.id, due.name, fire.slot, fire.reason, f.message, now
             )
-            published = self.try_publish(claim, now) is None
             self.memory.remember(
                 OutageFire(
                     schedule=due.name,
                     slot=fire.slot,
                     reason=fire.reason,
-                    task_id=claim.task_id,
-                    published_at=now if published else None,
+                    task_id=task_id,
+                    published_at=published_at,
                     next_fire_at=fire.next_fire_at,
                 ),
             )
             self.memory.moved_on(due.name, fire.next_fire_at, now)
+
+    def _send_unrecorded(
+        self,
+        schedule_id: int | None,
+        name: str,
+        slot: dt.datetime,
+        reason: str,
+        message: Message,
+        now: dt.datetime,
+    ) -> tuple[str, dt.datetime | None]:
+        """R5: publish a slot that has no run in the ledger (the database is down); its task
+        id, and when it went out (None: it did not), for the outage memory to write later."""
+        claim = Claim(
+            run_id=None,
+            task_id=str(uuid.uuid4()),
+            schedule_id=schedule_id,
+            schedule=name,
+            slot=slot,
+            reason=reason,
+            boot_id=self.boot_id,
+            message=message,
+        )
+        published = self.try_publish(claim, now) is None
+        return claim.task_id, now if published else None
 
     def _publish(self, fires: Sequence[ToFire], claims: list[Claim], now: dt.datetime) -> None:
         """Publish what was claimed, after commit (R3); one write confirms what went out. A
@@ -471,18 +487,10 @@ class Engine:
         """R5: fire the code schedules due in memory; the ledger is written when the
         database is back (``_connect``)."""
         for due in self.memory.due(now):
-            claim = Claim(
-                run_id=None,
-                task_id=str(uuid.uuid4()),
-                schedule_id=None,
-                schedule=due.name,
-                slot=due.slot,
-                reason=due.reason,
-                boot_id=self.boot_id,
-                message=due.message,
+            task_id, published_at = self._send_unrecorded(
+                None, due.name, due.slot, due.reason, due.message, now
             )
-            published = self.try_publish(claim, now) is None
-            self.memory.fired(due, claim.task_id, now if published else None)
+            self.memory.fired(due, task_id, published_at)
         self.memory.say_dropped(now)
         s = conf.settings
         wake = now + dt.timedelta(seconds=s.MAX_INTERVAL)
