@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from .core import enums as core
+
 
 class Kind(models.TextChoices):
     """How a schedule's slots are computed (see ``timing``)."""
@@ -23,24 +25,21 @@ class Source(models.TextChoices):
 
 
 class Overlap(models.TextChoices):
-    """What a fire does when an earlier run of the same schedule is still in flight (R14)."""
+    """``core.enums.Overlap`` (documented there) as model choices (R14)."""
 
-    SKIP = (
-        "skip",
-        "Skip while running",
-    )  #: at most one run in flight; the fire is recorded as skipped
-    ALLOW = "allow", "Allow overlap"  #: always fire
+    SKIP = core.Overlap.SKIP.value, "Skip while running"
+    ALLOW = core.Overlap.ALLOW.value, "Allow overlap"
 
 
 class Reason(models.TextChoices):
-    """Why a slot was fired (R18 counts fires by these)."""
+    """``core.enums.Reason`` (documented there) as model choices (R18)."""
 
-    SCHEDULED = "scheduled", "Scheduled"  #: the slot came due while beat was running
-    STARTUP_GRACE = "startup_grace", "Startup grace"  #: a new or overdue interval schedule (R2, R7)
-    CATCH_UP = "catch_up", "Catch-up"  #: a delivery slot missed while no beat ran (R8)
-    MANUAL = "manual", "Manual"  #: "run now" from the admin or the API
-    REPUBLISH = "republish", "Re-publish"  #: an in-doubt slot sent again after the settle time (R9)
-    BACKFILL = "backfill", "Backfill"  #: a missed slot fired later by a person (R27, R3)
+    SCHEDULED = core.Reason.SCHEDULED.value, "Scheduled"
+    STARTUP_GRACE = core.Reason.STARTUP_GRACE.value, "Startup grace"
+    CATCH_UP = core.Reason.CATCH_UP.value, "Catch-up"
+    MANUAL = core.Reason.MANUAL.value, "Manual"
+    REPUBLISH = core.Reason.REPUBLISH.value, "Re-publish"
+    BACKFILL = core.Reason.BACKFILL.value, "Backfill"
 
 
 class RunState(models.TextChoices):
@@ -60,6 +59,15 @@ class RunState(models.TextChoices):
     NO_NEWS = "no_news", "No news"
     SKIPPED = "skipped", "Skipped"  #: not sent: overlap policy or another recorded reason (R14)
     MISSED = "missed", "Missed"  #: not sent: the slot could not go out while it was worth sending
+
+
+class Failure(models.TextChoices):
+    """Why a failed run failed, where the ledger knows more than its error (R21). Blank: the
+    task's body failed, or the run did not fail."""
+
+    #: never sent: the broker client refused the message for its own content (an expiry it
+    #: cannot encode, an unserialisable argument); ``check`` reports it as ``unpublishable``
+    UNPUBLISHABLE = "unpublishable", "Message refused"
 
 
 IN_FLIGHT_STATES = (RunState.CLAIMED, RunState.PUBLISHED, RunState.STARTED)

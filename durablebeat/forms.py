@@ -21,8 +21,8 @@ from .beat import live
 from .core import timing
 from .enums import Reason
 from .models import MESSAGE_FIELDS, POLICY_FIELDS, TIMING_FIELDS, Schedule
-from .ops.words import parse_duration
 from .validation import DEPTH_ERROR, known_task_names, text_error
+from .words import parse_duration
 
 #: fields a code-defined schedule takes from ``beat_schedule`` at every boot (codesync)
 CODE_OWNED_FIELDS = (

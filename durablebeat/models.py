@@ -12,7 +12,7 @@ from django.db.models import Q
 
 from . import wakeup
 from .core import clock, solar, timing
-from .enums import Kind, Overlap, Reason, RunState, Source
+from .enums import Failure, Kind, Overlap, Reason, RunState, Source
 from .validation import validate_schedule_fields
 
 #: A schedule's fields by what they are about: the one place that names them together (the
@@ -382,6 +382,11 @@ class Run(models.Model):
     soft_time_limit_exceeded = models.BooleanField(default=False)
     detail = models.CharField(max_length=300, blank=True, help_text="Skip or miss reason.")
     error = models.TextField(blank=True)
+    #: why a failed run failed, by value (``check`` filters on it, R21); its detail says it
+    #: in words for the admin
+    failure = models.CharField(
+        max_length=16, choices=Failure.choices, blank=True, default="", editable=False
+    )
 
     class Meta:
         ordering = ["-slot"]

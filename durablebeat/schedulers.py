@@ -20,10 +20,9 @@ from .beat import defaults, notify, publishing
 from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
 from .beat.dberrors import DatabaseUnusable
 from .beat.dispatch import PUBLISH_GROUP
-from .beat.due import Claim
 from .beat.engine import MIN_SLEEP, Engine
-from .beat.hooks import default_hooks
 from .beat.live import serializer_of
+from .beat.messages import Claim
 from .core import clock
 
 logger = logging.getLogger("durablebeat")
@@ -69,7 +68,6 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             code_entries=entries,
             publish=self._send,
             publish_batch=self._batch,
-            hooks=default_hooks(),
             broker_errors=publishing.broker_errors(self.connection),
             sync_clock=dbclock.sync,  # R26: measured at boot and with each heartbeat
         )
@@ -131,7 +129,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
     def _ensure_connected(self) -> Any:
         """One try, not ``broker_connection_max_retries`` (100, with back-off: beat held
         for most of an hour by a broker that is down at its first publish). The claim is
-        kept and retried by the engine while the slot is worth sending (R5, recovery)."""
+        kept and retried by the engine while the slot is worth sending (R5, ``beat.retries``)."""
         return self.connection.ensure_connection(max_retries=0)
 
     def sync(self) -> None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .conf import MAX_CATCH_UP_WINDOW, MAX_STARTUP_GRACE, InvalidSetting, settings
 from .core import solar, timing
 from .enums import Kind, Source
+from .words import limit_words
 
 if TYPE_CHECKING:
     from .models import Schedule
@@ -326,19 +327,14 @@ def duration_error(
     if not isinstance(value, dt.timedelta):
         return None
     if value < low or (low_open and value == low):
-        return f"must be more than {_words(low)}" if low_open else f"must be at least {_words(low)}"
+        return (
+            f"must be more than {limit_words(low)}"
+            if low_open
+            else f"must be at least {limit_words(low)}"
+        )
     if value > high:
-        return f"must be at most {_words(high)}"
+        return f"must be at most {limit_words(high)}"
     return None
-
-
-def _words(value: dt.timedelta) -> str:
-    if not value:
-        return "0"
-    if whole := timing.whole_units(value):
-        count, unit = whole
-        return f"{count} {unit}" + ("s" if count != 1 else "")
-    return f"{value.total_seconds():g} seconds"
 
 
 def seconds_error(value: Any, high: float) -> str | None:

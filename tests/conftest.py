@@ -46,11 +46,9 @@ def publisher() -> RecordingPublisher:
 def make_engine(publisher: RecordingPublisher) -> Callable[..., Any]:
     from durablebeat.beat.codesync import parse_beat_schedule
     from durablebeat.beat.engine import Engine
-    from durablebeat.beat.hooks import default_hooks
 
     def make(beat_schedule: dict[str, Any] | None = None, **kwargs: Any) -> Engine:
         entries = parse_beat_schedule(beat_schedule or {}, "UTC")
-        kwargs.setdefault("hooks", default_hooks())
         return Engine(code_entries=entries, publish=publisher, boot_id=uuid.uuid4(), **kwargs)
 
     return make

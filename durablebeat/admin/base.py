@@ -17,11 +17,10 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from .. import conf, dbclock
+from .. import conf, dbclock, words
 from ..core import clock
 from ..enums import RunState
 from ..models import Schedule
-from ..ops import words
 
 logger = logging.getLogger("durablebeat")
 
@@ -67,12 +66,6 @@ def instant(value: dt.datetime | None) -> str:
     if value is None:
         return "-"
     return f"{local(value)} ({words.relative(value, clock.now())})"
-
-
-def offset_words(seconds: float | None) -> str:
-    """A host's measured offset to the database's clock (R26): "+90.0 s" when the database
-    is ahead of the host (the host is behind), "-" when none was measured."""
-    return "-" if seconds is None else f"{seconds:+.1f} s"
 
 
 def outcome_html(state: str) -> str:

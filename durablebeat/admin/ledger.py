@@ -15,13 +15,13 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from .. import conf
+from .. import conf, words
 from ..beat import boots
 from ..core import clock
 from ..enums import Reason, RunState
 from ..models import Boot, Incident, MissedSlots, Run, WorkerHeartbeat
-from ..ops import backfill, words
-from .base import ReadOnlyAdmin, local, offset_words, outcome_html
+from ..ops import backfill
+from .base import ReadOnlyAdmin, local, outcome_html
 
 logger = logging.getLogger("durablebeat")
 
@@ -145,7 +145,7 @@ class BootAdmin(ReadOnlyAdmin):
     @admin.display(description="clock offset", ordering="clock_offset_seconds")
     def clock_offset(self, obj: Boot) -> str:
         """R26: the database's clock minus the host's, as the boot last measured it."""
-        return offset_words(obj.clock_offset_seconds)
+        return words.offset_words(obj.clock_offset_seconds)
 
     @admin.display(description="fires", ordering="n_fires")
     def fires(self, obj: Any) -> int:
@@ -226,4 +226,4 @@ class WorkerHeartbeatAdmin(ReadOnlyAdmin):
     @admin.display(description="clock offset", ordering="clock_offset_seconds")
     def clock_offset(self, obj: WorkerHeartbeat) -> str:
         """R26: the database's clock minus the worker host's, as last measured."""
-        return offset_words(obj.clock_offset_seconds)
+        return words.offset_words(obj.clock_offset_seconds)

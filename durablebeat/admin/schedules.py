@@ -18,12 +18,13 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import escape, format_html, format_html_join
 from django.views.decorators.http import require_POST
 
+from .. import words
 from ..beat import entry_options, live, publishing
 from ..core import clock, timing
 from ..enums import Reason, Source
 from ..forms import CODE_OWNED_FIELDS, ScheduleForm, ShownToTheSecondField, apply_edit_rules
 from ..models import LIMIT_FIELDS, MESSAGE_FIELDS, POLICY_FIELDS, Schedule
-from ..ops import health, words
+from ..ops import health
 from . import timeline
 from .base import (
     RECENT_RUNS,

@@ -22,6 +22,7 @@ from ..models import (
     Run,
     Schedule,
 )
+from .messages import ToFire
 
 logger = logging.getLogger("durablebeat")
 
@@ -34,18 +35,18 @@ UPDATE_FROM_RETURNING = ("postgresql", "sqlite")
 
 
 def claim_many(
-    pairs: Sequence[tuple[Due, Fire]], boot_id: uuid.UUID, now: dt.datetime
+    fires: Sequence[ToFire], boot_id: uuid.UUID, now: dt.datetime
 ) -> dict[int, tuple[int | None, str]]:
     """Compare-and-set, then insert the runs of the slots won: two statements. Returns
     (run id, task id) by schedule id for the slots this beat now owns."""
-    won = cas_many(pairs, now)
-    mine = [(d, f) for d, f in pairs if d.id in won]
+    won = cas_many(fires, now)
+    mine = [f for f in fires if f.due.id in won]
     runs = insert_runs(mine, boot_id, now)
     if not connection.features.can_return_rows_from_bulk_insert:
         _read_back_ids([r for r in runs if r is not None])
     return {
-        d.id: (run.pk, run.task_id or "")
-        for (d, _), run in zip(mine, runs, strict=True)
+        f.due.id: (run.pk, run.task_id or "")
+        for f, run in zip(mine, runs, strict=True)
         if run is not None
     }
 
@@ -61,15 +62,15 @@ def _read_back_ids(runs: Sequence[Run]) -> None:
 
 
 def claim_many_pg(
-    pairs: Sequence[tuple[Due, Fire]], boot_id: uuid.UUID, now: dt.datetime
+    fires: Sequence[ToFire], boot_id: uuid.UUID, now: dt.datetime
 ) -> dict[int, tuple[int | None, str]]:
     """``claim_many`` in one PostgreSQL statement: the compare-and-set ``UPDATE`` and the
     runs' ``INSERT ... ON CONFLICT (schedule, slot) DO NOTHING`` as data-modifying CTEs,
     the batch passed as six arrays. A slot moved on whose run already existed (fired
     during an outage and reconciled) is not fired again, as in ``insert_run``."""
-    if not pairs:
+    if not fires:
         return {}
-    task_ids = [str(uuid.uuid4()) for _ in pairs]
+    task_ids = [str(uuid.uuid4()) for _ in fires]
     schedule = connection.ops.quote_name(Schedule._meta.db_table)
     run_table = connection.ops.quote_name(Run._meta.db_table)
     per_slot = {"schedule_id": "v.sid", "slot": "v.slot", "reason": "v.reason"}
@@ -108,18 +109,18 @@ def claim_many_pg(
         SELECT moved.id, ins.id FROM moved LEFT JOIN ins ON ins.schedule_id = moved.id
     """
     params: list[Any] = [
-        [d.id for d, _ in pairs],
-        [d.next_fire_at for d, _ in pairs],
-        [f.next_fire_at for _, f in pairs],
-        [f.slot for _, f in pairs],
-        [f.reason for _, f in pairs],
+        [f.due.id for f in fires],
+        [f.due.next_fire_at for f in fires],
+        [f.fire.next_fire_at for f in fires],
+        [f.fire.slot for f in fires],
+        [f.fire.reason for f in fires],
         task_ids,
         Reason.SCHEDULED,
         now,
         *insert_params,
     ]
-    task_of = {d.id: t for (d, _), t in zip(pairs, task_ids, strict=True)}
-    name_of = {d.id: (d.name, f.slot) for d, f in pairs}
+    task_of = {f.due.id: t for f, t in zip(fires, task_ids, strict=True)}
+    name_of = {f.due.id: (f.due.name, f.fire.slot) for f in fires}
     won: dict[int, tuple[int | None, str]] = {}
     with connection.cursor() as cur:
         cur.execute(sql, params)
@@ -145,25 +146,25 @@ def lock_in_order(ids: list[int]) -> None:
         list(Schedule.objects.filter(pk__in=ids).order_by("pk").select_for_update().values("pk"))
 
 
-def cas_many(pairs: Sequence[tuple[Due, Fire]], now: dt.datetime) -> set[int]:
+def cas_many(fires: Sequence[ToFire], now: dt.datetime) -> set[int]:
     """The compare-and-set of many slots in one statement; the ids it moved on (R3, R4)."""
-    if not pairs:
+    if not fires:
         return set()
     if connection.vendor not in UPDATE_FROM_RETURNING:
-        return _cas_many_locked(pairs, now)
+        return _cas_many_locked(fires, now)
     ops = connection.ops
     pg = connection.vendor == "postgresql"
     row = "(%s::bigint, %s::timestamptz, %s::timestamptz)" if pg else "(%s, %s, %s)"
     params: list[Any] = []
-    for due, fire in pairs:
+    for f in fires:
         params += [
-            due.id,
-            ops.adapt_datetimefield_value(due.next_fire_at),
-            ops.adapt_datetimefield_value(fire.next_fire_at),
+            f.due.id,
+            ops.adapt_datetimefield_value(f.due.next_fire_at),
+            ops.adapt_datetimefield_value(f.fire.next_fire_at),
         ]
     table = connection.ops.quote_name(Schedule._meta.db_table)
     sql = (
-        f"WITH v(sid, was, nxt) AS (VALUES {', '.join([row] * len(pairs))}) "
+        f"WITH v(sid, was, nxt) AS (VALUES {', '.join([row] * len(fires))}) "
         f"UPDATE {table} SET next_fire_at = v.nxt, next_fire_reason = %s, "
         "last_fired_at = %s, stuck_since = NULL, stuck_reason = '' "
         f"FROM v WHERE {table}.id = v.sid AND {table}.next_fire_at = v.was RETURNING id"
@@ -174,12 +175,12 @@ def cas_many(pairs: Sequence[tuple[Due, Fire]], now: dt.datetime) -> set[int]:
         return {int(r[0]) for r in cur.fetchall()}
 
 
-def _cas_many_locked(pairs: Sequence[tuple[Due, Fire]], now: dt.datetime) -> set[int]:
+def _cas_many_locked(fires: Sequence[ToFire], now: dt.datetime) -> set[int]:
     """``cas_many`` where ``UPDATE`` returns no rows (MariaDB, MySQL): the compare is a
     locking read of the rows still at the next fire this beat read, the set one ``UPDATE``
     of exactly those. The rows stay locked to this transaction from the read to its commit,
     so no other beat can move one in between (R4): the read says which ids moved on."""
-    was = {d.id: d.next_fire_at for d, _ in pairs}
+    was = {f.due.id: f.due.next_fire_at for f in fires}
     current = (
         Schedule.objects.filter(pk__in=list(was)).order_by("pk").select_for_update()
     ).values_list("pk", "next_fire_at")
@@ -190,10 +191,10 @@ def _cas_many_locked(pairs: Sequence[tuple[Due, Fire]], now: dt.datetime) -> set
     table = ops.quote_name(Schedule._meta.db_table)
     cases: list[str] = []
     params: list[Any] = []
-    for due, fire in pairs:
-        if due.id in won:
+    for f in fires:
+        if f.due.id in won:
             cases.append("WHEN %s THEN %s")
-            params += [due.id, ops.adapt_datetimefield_value(fire.next_fire_at)]
+            params += [f.due.id, ops.adapt_datetimefield_value(f.fire.next_fire_at)]
     ids = sorted(won)
     sql = (
         f"UPDATE {table} SET next_fire_at = CASE id {' '.join(cases)} END, "
@@ -206,22 +207,20 @@ def _cas_many_locked(pairs: Sequence[tuple[Due, Fire]], now: dt.datetime) -> set
     return won
 
 
-def insert_runs(
-    pairs: Sequence[tuple[Due, Fire]], boot_id: uuid.UUID, now: dt.datetime
-) -> list[Run | None]:
+def insert_runs(fires: Sequence[ToFire], boot_id: uuid.UUID, now: dt.datetime) -> list[Run | None]:
     """Insert the runs of slots just won, in one statement; one by one only when a slot
     already has a run (fired during an outage and reconciled), so that it is not fired
     again while the rest still are."""
     runs = [
         Run(
-            schedule_id=due.id,
-            slot=fire.slot,
+            schedule_id=f.due.id,
+            slot=f.fire.slot,
             boot_id=boot_id,
-            reason=fire.reason,
+            reason=f.fire.reason,
             claimed_at=now,
             task_id=str(uuid.uuid4()),
         )
-        for due, fire in pairs
+        for f in fires
     ]
     if not runs:
         return []
@@ -229,7 +228,7 @@ def insert_runs(
         with transaction.atomic():
             return list(Run.objects.bulk_create(runs))
     except IntegrityError:
-        return [insert_run(due, fire, boot_id, now) for due, fire in pairs]
+        return [insert_run(f.due, f.fire, boot_id, now) for f in fires]
 
 
 def insert_run(

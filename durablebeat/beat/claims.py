@@ -14,6 +14,7 @@ import datetime as dt
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -29,17 +30,18 @@ from ..core.policy import (
     news_overdue,
     no_news_bound,
 )
-from ..enums import IN_FLIGHT_STATES, Overlap, Reason, RunState
+from ..enums import IN_FLIGHT_STATES, Failure, Overlap, Reason, RunState
 from ..models import (
     MissedSlots,
     Run,
     Schedule,
 )
 from ..validation import storable
-from ..worker.reclaim import dead_reason, mark_no_news_runs, worker_seen_at
 from . import batch_claim
 from .boots import dead_q
-from .due import Claim, Message, is_row_error
+from .due import is_row_error
+from .liveness import dead_reason, mark_no_news_runs, worker_seen_at
+from .messages import Claim, Message, ToFire
 
 logger = logging.getLogger("durablebeat")
 
@@ -138,12 +140,16 @@ def _skip_reason(run: Run) -> str:
     return reason[:300]
 
 
-def claim(
-    fires: Sequence[tuple[Due, Fire, Message]],
-    boot_id: uuid.UUID,
-    now: dt.datetime,
-    bad: list[tuple[Due, Exception]] | None = None,
-) -> list[Claim]:
+@dataclass(frozen=True, kw_only=True)
+class Claimed:
+    """What ``claim_or_split`` claimed, and the slots it left out (R21)."""
+
+    claims: list[Claim]
+    #: the slots whose rows refused the claim, each with the error its row raised
+    refused: list[tuple[Due, Exception]]
+
+
+def claim(fires: Sequence[ToFire], boot_id: uuid.UUID, now: dt.datetime) -> list[Claim]:
     """R3 + R4 + R14 for a batch: in one transaction, for each due slot, compare-and-set the
     next fire and insert its run (or its skipped entry). The caller publishes after commit.
 
@@ -153,14 +159,44 @@ def claim(
     ``INSERT``; a batch costs a handful of statements whatever its size. The rest (skips,
     catch-ups with missed slots, one-offs) go one by one.
 
-    ``bad`` (R21): when given, a batch that raises an error about its rows' values (see
-    ``is_row_error``) is claimed again one slot at a time, each in its own savepoint; a slot
-    that raises there is left out and reported in ``bad``, the others are claimed. An error
-    about the database itself (unreachable, schema) propagates (R5)."""
-    if bad is None:
-        return _claim_batch(fires, boot_id, now)
+    All of the batch in one savepoint, or nothing and an exception."""
+    claims: dict[int, Claim] = {}
+    with transaction.atomic():
+        batch_claim.lock_in_order([f.due.id for f in fires])
+        skip_ids = [f.due.id for f in fires if f.due.overlap == Overlap.SKIP]
+        busy = _in_flight(skip_ids, now) if skip_ids else {}
+        bulk: list[ToFire] = []
+        for f in fires:
+            due, fire = f.due, f.fire
+            blocker = busy.get(due.id) if fire.reason != Reason.MANUAL else None
+            if blocker is None and _plain(due, fire):
+                bulk.append(f)
+                continue
+            made = _claim_one(due, fire, boot_id, now, blocker)
+            if made is not None:
+                claims[due.id] = _claim_of(made.pk, made.task_id, f, boot_id)
+        many = (
+            batch_claim.claim_many_pg
+            if connection.vendor == "postgresql"
+            else batch_claim.claim_many
+        )
+        for chunk_start in range(0, len(bulk), batch_claim.BULK_CHUNK):
+            chunk = bulk[chunk_start : chunk_start + batch_claim.BULK_CHUNK]
+            won = many(chunk, boot_id, now)
+            for f in chunk:
+                if f.due.id in won:
+                    run_id, task_id = won[f.due.id]
+                    claims[f.due.id] = _claim_of(run_id, task_id, f, boot_id)
+    return [claims[f.due.id] for f in fires if f.due.id in claims]
+
+
+def claim_or_split(fires: Sequence[ToFire], boot_id: uuid.UUID, now: dt.datetime) -> Claimed:
+    """``claim``, and when the batch raises an error about its rows' values (R21, see
+    ``is_row_error``) the batch claimed again one slot at a time, each in its own savepoint:
+    a slot that raises there is left out and named in ``refused``, the others are claimed.
+    An error about the database itself (unreachable, schema) propagates (R5)."""
     try:
-        return _claim_batch(fires, boot_id, now)
+        return Claimed(claims=claim(fires, boot_id, now), refused=[])
     except Exception as exc:
         if not is_row_error(exc):
             raise
@@ -172,17 +208,19 @@ def claim(
             extra={"event": "claim_split", "count": len(fires)},
         )
     claims: list[Claim] = []
+    refused: list[tuple[Due, Exception]] = []
     for one in fires:
         try:
-            claims += _claim_batch([one], boot_id, now)
+            claims += claim([one], boot_id, now)
         except Exception as exc:
             if not is_row_error(exc):
                 raise
-            bad.append((one[0], exc))
-    return claims
+            refused.append((one.due, exc))
+    return Claimed(claims=claims, refused=refused)
 
 
-#: how a run whose message the broker client refused begins its detail (``check`` finds it)
+#: how a run whose message the broker client refused begins its detail (the admin's words;
+#: ``check`` finds such a run by its ``failure``)
 UNPUBLISHABLE = "not published, the message was refused"
 
 
@@ -197,43 +235,16 @@ def mark_unpublishable(run_ids: Sequence[int], error: str, now: dt.datetime) -> 
     with transaction.atomic():
         runs = Run.objects.filter(pk__in=list(run_ids), state=RunState.CLAIMED)
         schedule_ids = list(runs.values_list("schedule_id", flat=True))
-        runs.update(state=RunState.FAILED, detail=detail, error=error, finished_at=now)
+        runs.update(
+            state=RunState.FAILED,
+            failure=Failure.UNPUBLISHABLE,
+            detail=detail,
+            error=error,
+            finished_at=now,
+        )
         Schedule.objects.filter(pk__in=schedule_ids).exclude(last_failed_at__gt=now).update(
             last_failed_at=now, last_outcome=RunState.FAILED
         )
-
-
-def _claim_batch(
-    fires: Sequence[tuple[Due, Fire, Message]], boot_id: uuid.UUID, now: dt.datetime
-) -> list[Claim]:
-    """``claim`` of one batch in one savepoint: all of it, or nothing and an exception."""
-    claims: dict[int, Claim] = {}
-    with transaction.atomic():
-        batch_claim.lock_in_order([d.id for d, _, _ in fires])
-        skip_ids = [d.id for d, _, _ in fires if d.overlap == Overlap.SKIP]
-        busy = _in_flight(skip_ids, now) if skip_ids else {}
-        bulk: list[tuple[Due, Fire, Message]] = []
-        for due, fire, message in fires:
-            blocker = busy.get(due.id) if fire.reason != Reason.MANUAL else None
-            if blocker is None and _plain(due, fire):
-                bulk.append((due, fire, message))
-                continue
-            made = _claim_one(due, fire, boot_id, now, blocker)
-            if made is not None:
-                claims[due.id] = _claim_of(made.pk, made.task_id, due, fire, boot_id, message)
-        many = (
-            batch_claim.claim_many_pg
-            if connection.vendor == "postgresql"
-            else batch_claim.claim_many
-        )
-        for chunk_start in range(0, len(bulk), batch_claim.BULK_CHUNK):
-            chunk = bulk[chunk_start : chunk_start + batch_claim.BULK_CHUNK]
-            won = many([(d, f) for d, f, _ in chunk], boot_id, now)
-            for due, fire, message in chunk:
-                if due.id in won:
-                    run_id, task_id = won[due.id]
-                    claims[due.id] = _claim_of(run_id, task_id, due, fire, boot_id, message)
-    return [claims[d.id] for d, _, _ in fires if d.id in claims]
 
 
 def _plain(due: Due, fire: Fire) -> bool:
@@ -241,23 +252,16 @@ def _plain(due: Due, fire: Fire) -> bool:
     return due.next_fire_at is not None and fire.next_fire_at is not None and not fire.missed
 
 
-def _claim_of(
-    run_id: int | None,
-    task_id: str | None,
-    due: Due,
-    fire: Fire,
-    boot_id: uuid.UUID,
-    message: Message,
-) -> Claim:
+def _claim_of(run_id: int | None, task_id: str | None, f: ToFire, boot_id: uuid.UUID) -> Claim:
     return Claim(
         run_id=run_id,
         task_id=task_id or "",
-        schedule_id=due.id,
-        schedule=due.name,
-        slot=fire.slot,
-        reason=fire.reason,
+        schedule_id=f.due.id,
+        schedule=f.due.name,
+        slot=f.fire.slot,
+        reason=f.fire.reason,
         boot_id=boot_id,
-        message=message,
+        message=f.message,
     )
 
 

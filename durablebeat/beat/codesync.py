@@ -25,6 +25,7 @@ from ..models import MESSAGE_FIELDS, MESSAGE_OPTIONS, POLICY_FIELDS, Schedule
 from ..validation import MAX_EVERY, TEXT_OPTIONS, describe_errors, validate_schedule_fields
 from . import entry_options
 from . import live as live_values
+from .celery_specs import from_celery
 from .entry_options import REFUSED_OPTIONS as REFUSED_OPTIONS  # tests read it here
 
 logger = logging.getLogger("durablebeat")
@@ -190,7 +191,7 @@ def parse_entry(
     # (R25).
     relative = read.typed(entry.get("relative"), "relative", (bool,), "True or False")
     try:
-        spec = timing.from_celery(entry.get("schedule"), default_timezone, bool(relative))
+        spec = from_celery(entry.get("schedule"), default_timezone, bool(relative))
     except timing.InvalidSchedule as exc:
         # a field of its own (a solar latitude...) names itself; the rest is "the schedule"
         detail = exc.message if exc.field in ("schedule", "every", "at") else str(exc)

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .claims import mark_unpublishable
-from .due import Claim
 from .live import LiveValues
 from .loop import Refused
+from .messages import Claim
 from .publishing import BROKER_UNAVAILABLE
 
 logger = logging.getLogger("durablebeat")

@@ -1,5 +1,5 @@
-"""What is due and what firing it sends (R1, R2, R20, R21): the due query, the value the
-policy decides on (``Due``, from a row), the broker message and the claim that carries it.
+"""What is due (R1, R2, R20, R21): the due query and the value the policy decides on
+(``Due``, from a row). What firing it sends is ``messages``.
 
 A row that cannot be read or moved on is set aside with its error (``set_aside``); which
 errors are a row's and which are the database's is ``is_row_error``, and how a row's error
@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import uuid
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -21,77 +19,12 @@ from django.db.models import QuerySet
 from .. import conf, validation
 from ..core import timing
 from ..core.policy import Due
-from ..models import MESSAGE_FIELDS, MESSAGE_OPTIONS, POLICY_FIELDS, TIMING_FIELDS, Schedule
-from .codesync import CodeEntry
+from ..models import MESSAGE_FIELDS, POLICY_FIELDS, TIMING_FIELDS, Schedule
 
 logger = logging.getLogger("durablebeat")
 
 
 ZERO = dt.timedelta(0)
-
-
-@dataclass(frozen=True)
-class Message:
-    """What goes to the broker for one schedule, besides the run's own identity."""
-
-    task: str
-    args: list[Any] = field(default_factory=list)
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def for_row(cls, row: Schedule) -> Message:
-        """Raises ``timing.InvalidSchedule`` when a stored JSON field has the wrong shape."""
-        validation.check_message_shapes(row)
-        # Every apply_async option the schedule holds, on every fire (R24); an empty one is
-        # left out, so the task's or the app's own default applies as under Celery's beat.
-        options: dict[str, Any] = {
-            option: value
-            for option, name in MESSAGE_OPTIONS.items()
-            if (value := getattr(row, name)) is not None and value != ""
-        }
-        return cls(row.task, list(row.args), dict(row.kwargs), options | {"headers": row.headers})
-
-    @classmethod
-    def for_entry(cls, entry: CodeEntry) -> Message:
-        row = Schedule(name=entry.name)
-        entry.apply_to(row)
-        return cls.for_row(row)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Claim:
-    """A slot this beat owns and must publish. Built by keyword: eight fields, several of
-    one type."""
-
-    run_id: int | None
-    task_id: str
-    schedule_id: int | None
-    schedule: str
-    slot: dt.datetime
-    reason: str
-    boot_id: uuid.UUID
-    message: Message
-
-    def with_arguments(
-        self, args: list[Any], kwargs: dict[str, Any], callbacks: dict[str, Any] | None = None
-    ) -> Claim:
-        """This claim sending ``args``/``kwargs`` (and ``link``/``link_error``): a code
-        entry's values of one send (R25)."""
-        options = self.message.options | (callbacks or {})
-        return replace(
-            self, message=replace(self.message, args=args, kwargs=kwargs, options=options)
-        )
-
-    def headers(self) -> dict[str, Any]:
-        return {
-            **self.message.options.get("headers", {}),
-            "durablebeat_schedule": self.schedule,
-            "durablebeat_slot": self.slot.isoformat(),
-            "durablebeat_reason": self.reason,
-            "durablebeat_boot": str(self.boot_id),
-            "durablebeat_run": self.run_id,
-        }
 
 
 def due_from_row(row: Schedule, custom: timing.Custom | None = None) -> Due:

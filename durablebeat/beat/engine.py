@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass, field
 from typing import Any
 
@@ -22,17 +22,19 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 
 from .. import conf
 from ..core import clock, timing
-from ..core.policy import Defer, Due, Fire, Miss, decide
+from ..core.policy import Defer, Fire, Miss, decide
 from ..enums import Kind, Reason
-from . import boots, dberrors, dispatch, notify, publishing, recovery
+from . import boots, dberrors, dispatch, notify, publishing
 from . import due as due_query
-from .claims import apply_defer, apply_miss, mark_published
-from .claims import claim as claim_batch
+from .claims import apply_defer, apply_miss, claim_or_split, mark_published
 from .codesync import CodeEntry
 from .codesync import sync as sync_code
-from .due import Claim, Message, describe_row_error, due_from_row, is_row_error
+from .due import describe_row_error, due_from_row, is_row_error
+from .hooks import default_hooks
 from .loop import Hook, Refused
+from .messages import Claim, Message, ToFire
 from .outage import OutageFire, OutageMemory
+from .retries import Retries, give_up_at
 
 logger = logging.getLogger("durablebeat")
 
@@ -49,6 +51,20 @@ MIN_SLEEP = 0.1
 MIN_WAKE = 0.001
 
 
+@dataclass(frozen=True, kw_only=True)
+class Decided:
+    """What ``Engine._decide`` makes of a batch of due rows (defers and misses are written
+    as they are decided)."""
+
+    #: the slots to claim and publish now, in the batch's order
+    fires: tuple[ToFire, ...]
+    #: the earliest next fire seen, to sleep until; None: nothing ahead in this batch
+    wake: dt.datetime | None
+    #: a database error (not about one row) that stopped the batch after ``fires`` were
+    #: decided: they still go out (R5, ``Engine._fire_unclaimed``), then it is raised
+    interrupted: DatabaseError | None = None
+
+
 @dataclass
 class Engine:
     """The beat loop. Its public surface: ``tick`` and ``close`` for the scheduler; for its
@@ -62,9 +78,8 @@ class Engine:
     boot_id: uuid.UUID = field(default_factory=uuid.uuid4)
     hostname: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
-    #: run in order after the publish retries while the database answers; an engine built
-    #: without hooks still settles the claims of dead boots (R9), as ``default_hooks()`` does
-    hooks: list[Hook] = field(default_factory=lambda: [recovery.InDoubtResend()])
+    #: run in order after the publish retries while the database answers (``hooks``)
+    hooks: list[Hook] = field(default_factory=default_hooks)
     #: the exceptions that mean "the broker is unreachable" (``publishing.broker_errors``)
     broker_errors: InitVar[tuple[type[BaseException], ...]] = publishing.BROKER_UNAVAILABLE
     #: R26: measures this host's offset to the database's clock (``dbclock.sync``) and
@@ -77,7 +92,7 @@ class Engine:
     caught_up: set[int] = field(default_factory=set)
     #: the code schedules and the fires sent while the database is down (R5)
     memory: OutageMemory = field(default_factory=OutageMemory)
-    retries: recovery.Retries = field(default_factory=recovery.Retries)
+    retries: Retries = field(default_factory=Retries)
     _last_db_try: dt.datetime | None = None
     _last_heartbeat: dt.datetime | None = None
     _db_failures: int = 0
@@ -231,7 +246,7 @@ class Engine:
         # goes on in full ones.
         limit = s.BATCH_SIZE if self._backlog_since is not None else min(s.BATCH_SIZE, FIRST_BATCH)
         limit = max(1, limit)
-        fires: list[tuple[Due, Fire, Message]] = []
+        fires: tuple[ToFire, ...] = ()
         claims: list[Claim] = []
         try:
             # One transaction per batch: the due rows are read (and, on PostgreSQL, locked:
@@ -241,11 +256,14 @@ class Engine:
                 now = self._heartbeat(now)
                 horizon = now + dt.timedelta(seconds=idle)
                 rows = due_query.fetch_due(horizon, limit, lock=True)
-                wake = self._decide(rows, now, fires)
+                decided = self._decide(rows, now)
+                fires, wake = decided.fires, decided.wake
+                if decided.interrupted is not None:
+                    raise decided.interrupted
                 if fires:
-                    bad: list[tuple[Due, Exception]] = []
-                    claims = claim_batch(fires, self.boot_id, now, bad=bad)
-                    for due, exc in bad:  # R21: set aside, the rest of the batch is claimed
+                    claimed = claim_or_split(fires, self.boot_id, now)
+                    claims = claimed.claims
+                    for due, exc in claimed.refused:  # R21: set aside, the rest is claimed
                         self.set_aside(due.id, due.name, describe_row_error(exc))
         except DatabaseError as exc:
             if not fires or dberrors.will_recur(exc):
@@ -298,18 +316,15 @@ class Engine:
                 extra={"event": "hook_failed", "boot": str(self.boot_id)},
             )
 
-    def _decide(
-        self,
-        rows: list[Any],
-        now: dt.datetime,
-        fires: list[tuple[Due, Fire, Message]],
-    ) -> dt.datetime | None:
-        """Sort the batch: what fires now goes into ``fires``; defers and misses are written
-        at once. Returns the earliest next fire seen, to sleep until.
+    def _decide(self, rows: list[Any], now: dt.datetime) -> Decided:
+        """Sort the batch: what fires now, to be claimed; defers and misses are written at
+        once; and the earliest next fire seen, to sleep until.
 
         R21: a row that raises anything while it is read, decided or moved on is set aside
         as bad with its error; the rest of the batch goes on. Only a database error that is
-        not about the row propagates (R5)."""
+        not about the row stops it (R5): raised, or, once some slots were decided to fire,
+        returned with them as ``interrupted``."""
+        fires: list[ToFire] = []
         late_after = conf.settings.LATE_AFTER
         if self._backlog_since is not None:
             # A burst bigger than one batch: its last slots are late because this beat was
@@ -337,7 +352,7 @@ class Engine:
                     action = decide(due, now, late_after, due.id in self.caught_up)
                 _check_moves_on(action, now)
                 if isinstance(action, Fire):
-                    fires.append((due, action, message))
+                    fires.append(ToFire(due=due, fire=action, message=message))
                     if (nxt := action.next_fire_at) is not None:
                         # its next slot may come before MAX_INTERVAL (a sub-second interval,
                         # R25): beat wakes for it as Celery's beat does
@@ -352,63 +367,77 @@ class Engine:
                         apply_miss(due, action, self.boot_id, now)
             except Exception as exc:
                 object_raised = row.kind == Kind.CUSTOM and not dberrors.is_unreachable(exc)
-                if not (is_row_error(exc) or object_raised):
-                    raise
-                self.set_aside(row.pk, row.name, describe_row_error(exc))
-        return wake
+                if is_row_error(exc) or object_raised:
+                    self.set_aside(row.pk, row.name, describe_row_error(exc))
+                    continue
+                if fires and isinstance(exc, DatabaseError):
+                    return Decided(fires=tuple(fires), wake=wake, interrupted=exc)
+                raise
+        return Decided(fires=tuple(fires), wake=wake)
 
-    def _fire_unclaimed(
-        self, fires: list[tuple[Due, Fire, Message]], now: dt.datetime, exc: Exception
-    ) -> None:
+    def _fire_unclaimed(self, fires: Sequence[ToFire], now: dt.datetime, exc: Exception) -> None:
         """R5: the database failed at the claim: publish anyway, write the ledger later."""
         self._lost_db(now, exc)
-        for due, fire, message in fires:
-            claim = Claim(
-                run_id=None,
-                task_id=str(uuid.uuid4()),
-                schedule_id=due.id,
-                schedule=due.name,
-                slot=fire.slot,
-                reason=fire.reason,
-                boot_id=self.boot_id,
-                message=message,
+        for f in fires:
+            due, fire = f.due, f.fire
+            task_id, published_at = self._send_unrecorded(
+                due.id, due.name, fire.slot, fire.reason, f.message, now
             )
-            published = self.try_publish(claim, now) is None
             self.memory.remember(
                 OutageFire(
-                    due.name,
-                    fire.slot,
-                    fire.reason,
-                    claim.task_id,
-                    now if published else None,
-                    fire.next_fire_at,
+                    schedule=due.name,
+                    slot=fire.slot,
+                    reason=fire.reason,
+                    task_id=task_id,
+                    published_at=published_at,
+                    next_fire_at=fire.next_fire_at,
                 ),
             )
             self.memory.moved_on(due.name, fire.next_fire_at, now)
 
-    def _publish(
+    def _send_unrecorded(
         self,
-        fires: list[tuple[Due, Fire, Message]],
-        claims: list[Claim],
+        schedule_id: int | None,
+        name: str,
+        slot: dt.datetime,
+        reason: str,
+        message: Message,
         now: dt.datetime,
-    ) -> None:
+    ) -> tuple[str, dt.datetime | None]:
+        """R5: publish a slot that has no run in the ledger (the database is down); its task
+        id, and when it went out (None: it did not), for the outage memory to write later."""
+        claim = Claim(
+            run_id=None,
+            task_id=str(uuid.uuid4()),
+            schedule_id=schedule_id,
+            schedule=name,
+            slot=slot,
+            reason=reason,
+            boot_id=self.boot_id,
+            message=message,
+        )
+        published = self.try_publish(claim, now) is None
+        return claim.task_id, now if published else None
+
+    def _publish(self, fires: Sequence[ToFire], claims: list[Claim], now: dt.datetime) -> None:
         """Publish what was claimed, after commit (R3); one write confirms what went out. A
         message refused for its own content fails its slot only (R21); a broker outage
         keeps the unsent claims for retry (R5)."""
-        by_id = {due.id: (due, fire) for due, fire, _ in fires}
-        for due, fire in by_id.values():
-            if fire.reason == Reason.CATCH_UP:
-                self.caught_up.add(due.id)
+        by_id = {f.due.id: f for f in fires}
+        for f in fires:
+            if f.fire.reason == Reason.CATCH_UP:
+                self.caught_up.add(f.due.id)
         for claim in claims:
-            self.memory.moved_on(claim.schedule, by_id[claim.schedule_id or 0][1].next_fire_at, now)
+            self.memory.moved_on(
+                claim.schedule, by_id[claim.schedule_id or 0].fire.next_fire_at, now
+            )
         out = self.dispatcher.dispatch(claims)
         for claim in out.unsent:
             # Not sent (the broker is unreachable): keep it claimed and retry while it is
-            # worth sending (recovery.Retries) instead of dropping it.
-            due, fire = by_id[claim.schedule_id or 0]
-            give_up = recovery.give_up_at(
-                fire.slot, fire.next_fire_at, due.catch_up, due.catch_up_window
-            )
+            # worth sending (``retries``) instead of dropping it.
+            unsent = by_id[claim.schedule_id or 0]
+            due, fire = unsent.due, unsent.fire
+            give_up = give_up_at(fire.slot, fire.next_fire_at, due.catch_up, due.catch_up_window)
             self.retry_later(claim, give_up, now, out.outage or "not sent")
         mark_published([c.run_id for c in out.sent if c.run_id is not None], now)
         self.unpublishable(out.refused, now)
@@ -458,18 +487,10 @@ class Engine:
         """R5: fire the code schedules due in memory; the ledger is written when the
         database is back (``_connect``)."""
         for due in self.memory.due(now):
-            claim = Claim(
-                run_id=None,
-                task_id=str(uuid.uuid4()),
-                schedule_id=None,
-                schedule=due.name,
-                slot=due.slot,
-                reason=due.reason,
-                boot_id=self.boot_id,
-                message=due.message,
+            task_id, published_at = self._send_unrecorded(
+                None, due.name, due.slot, due.reason, due.message, now
             )
-            published = self.try_publish(claim, now) is None
-            self.memory.fired(due, claim.task_id, now if published else None)
+            self.memory.fired(due, task_id, published_at)
         self.memory.say_dropped(now)
         s = conf.settings
         wake = now + dt.timedelta(seconds=s.MAX_INTERVAL)

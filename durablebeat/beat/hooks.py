@@ -1,13 +1,13 @@
-"""Work the beat loop does besides firing, each throttled on its own."""
+"""Work the beat loop does besides firing, each throttled on its own: the one list of them."""
 
 from __future__ import annotations
 
-from ..worker.reclaim import OrphanReclaim
 from .loop import Hook
-from .recovery import InDoubtResend
+from .reclaim import OrphanReclaim
+from .resend import InDoubtResend
 
 
 def default_hooks() -> list[Hook]:
     """A fresh set per engine, in the order the loop runs them (after the publish retries):
-    the in-doubt resend (R9), then orphan reclaim (R13, R15)."""
+    the in-doubt resend (R9), then orphan reclaim (R13, R15, R22)."""
     return [InDoubtResend(), OrphanReclaim()]

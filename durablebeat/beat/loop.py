@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from .due import Claim
+from .messages import Claim
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ from ..models import (
 )
 from .boots import incident
 from .codesync import CodeEntry
-from .due import Message, describe_row_error, is_row_error
+from .due import describe_row_error, is_row_error
+from .messages import Message
 
 logger = logging.getLogger("durablebeat")
 
@@ -38,15 +39,18 @@ MAX_OUTAGE_FIRES = 20_000
 DROP_LOG_EVERY = dt.timedelta(seconds=60)
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class OutageFire:
-    """A fire beat sent from memory, kept until the ledger can be written (R5)."""
+    """A fire beat sent from memory, kept until the ledger can be written (R5). Built by
+    keyword: two optional instants side by side."""
 
     schedule: str
     slot: dt.datetime
     reason: str
     task_id: str
+    #: when the broker took it; None: it was not sent (the run is written as claimed)
     published_at: dt.datetime | None
+    #: the schedule's next fire after it, moved forward in the ledger if it is behind
     next_fire_at: dt.datetime | None
 
 
@@ -187,7 +191,14 @@ class OutageMemory:
         planned.reason = Reason.SCHEDULED
         planned.last_run_at = published_at or due.slot  # Celery's beat: when it was sent
         self.remember(
-            OutageFire(due.name, due.slot, due.reason, task_id, published_at, due.next_fire_at)
+            OutageFire(
+                schedule=due.name,
+                slot=due.slot,
+                reason=due.reason,
+                task_id=task_id,
+                published_at=published_at,
+                next_fire_at=due.next_fire_at,
+            )
         )
 
     def next_fire(self) -> dt.datetime | None:
@@ -251,16 +262,7 @@ def write_fires(fires: collections.deque[OutageFire], boot_id: uuid.UUID, now: d
     while fires:
         f = fires[0]
         try:
-            reconcile_outage_fire(
-                f.schedule,
-                f.slot,
-                f.reason,
-                f.task_id,
-                f.published_at,
-                f.next_fire_at,
-                boot_id,
-                now,
-            )
+            reconcile_outage_fire(f, boot_id, now)
         except Exception as exc:
             if not is_row_error(exc):
                 raise
@@ -283,18 +285,11 @@ def write_fires(fires: collections.deque[OutageFire], boot_id: uuid.UUID, now: d
     return done
 
 
-def reconcile_outage_fire(
-    schedule_name: str,
-    slot: dt.datetime,
-    reason: str,
-    task_id: str,
-    published_at: dt.datetime | None,
-    next_fire_at: dt.datetime | None,
-    boot_id: uuid.UUID,
-    now: dt.datetime,
-) -> bool:
+def reconcile_outage_fire(fire: OutageFire, boot_id: uuid.UUID, now: dt.datetime) -> bool:
     """R5: write a fire that went out while the database was unreachable. False when the
     slot already had a run (another beat fired it too: logged as an incident)."""
+    schedule_name, slot, published_at = fire.schedule, fire.slot, fire.published_at
+    next_fire_at = fire.next_fire_at
     with transaction.atomic():
         row = Schedule.objects.select_for_update().filter(name=schedule_name).first()
         if row is None:
@@ -311,9 +306,9 @@ def reconcile_outage_fire(
                     schedule=row,
                     slot=slot,
                     boot_id=boot_id,
-                    reason=reason,
+                    reason=fire.reason,
                     state=RunState.PUBLISHED if published_at else RunState.CLAIMED,
-                    task_id=task_id,
+                    task_id=fire.task_id,
                     claimed_at=slot if slot < now else now,
                     published_at=published_at,
                     publish_attempts=1 if published_at else 0,

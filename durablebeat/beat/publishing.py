@@ -13,7 +13,7 @@ from ..enums import Source
 from ..models import Schedule
 from . import entry_options, live
 from .claims import claim_backfill, claim_manual, mark_published
-from .due import Claim
+from .messages import Claim
 
 #: a publish that raises one of these found the broker unreachable (R5: the claim is kept
 #: and retried); anything else is about the message itself (R21: its slot fails). kombu

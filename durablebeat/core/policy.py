@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
-from ..enums import Overlap, Reason
 from . import clock, solar, timing
 from .custom import custom_next
+from .enums import Overlap, Reason
 from .relative import relative_first
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from celery.schedules import solar as celery_solar
@@ -25,7 +25,7 @@ from celery.schedules import solar as celery_solar
 from .clock import check_aware
 from .errors import InvalidSchedule
 
-__all__ = ["EVENTS", "MAX_SEARCH_DAYS", "Solar", "event_after", "events_between", "no_event_words"]
+__all__ = ["EVENTS", "MAX_SEARCH_DAYS", "Solar", "event_after", "events_between"]
 
 #: each event Celery's ``solar`` knows: (ephem's method, horizon, centre of the disc), copied
 #: from ``celery.schedules.solar`` (its private ``_methods``, ``_horizons`` and
@@ -50,13 +50,6 @@ _USE_CENTER: dict[str, bool] = {event: row[2] for event, row in _TABLE.items()}
 MAX_SEARCH_DAYS = int(getattr(celery_solar, "max_search_days", 366))
 #: what to install when ephem is missing
 EXTRA = "pip install 'durablebeat[solar]' (the ephem package)"
-
-#: the words for a day without the event, by event
-_NEVER = {
-    "sunrise": "the sun does not rise",
-    "sunset": "the sun does not set",
-    "solar_noon": "the sun does not cross the meridian",
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,13 +124,3 @@ def events_between(spec: Solar, since: datetime, until: datetime) -> Iterator[da
     while slot is not None and slot <= until:
         yield slot
         slot = event_after(spec, slot)
-
-
-def no_event_words(spec: Solar, now: datetime, next_fire: datetime | None) -> str | None:
-    """Words for status and check when the event skips days: "the sun does not rise at
-    78.22°N, 15.65°E until 2027-02-16"; None when it happens within the next day or so."""
-    if next_fire is not None and next_fire - now <= timedelta(hours=26):
-        return None
-    what = _NEVER.get(spec.event, f"there is no {spec.event.replace('_', ' ')}")
-    until = f"until {next_fire:%Y-%m-%d}" if next_fire else f"for {MAX_SEARCH_DAYS} days"
-    return f"{what} at {spec.place()} {until}"

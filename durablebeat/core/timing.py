@@ -31,17 +31,16 @@ from __future__ import annotations
 import calendar
 import dataclasses
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import MAXYEAR, MINYEAR, UTC, date, datetime, timedelta
 from heapq import heappop, heappush
 from typing import Any, cast
 from zoneinfo import ZoneInfo
 
-from celery.schedules import ParseException, crontab, crontab_parser, schedule, solar
-from cron_descriptor import ExpressionDescriptor, Options
+from celery.schedules import ParseException, crontab_parser
 
 from .clock import check_aware
-from .custom import Custom, custom_label, custom_next
+from .custom import Custom, custom_next
 from .errors import InvalidSchedule
 from .relative import relative_after
 from .solar import Solar, event_after, events_between
@@ -55,8 +54,6 @@ __all__ = [
     "Solar",
     "Spec",
     "advance",
-    "describe",
-    "from_celery",
     "latest_slot",
     "next_slot",
     "slots_between",
@@ -77,6 +74,8 @@ _FIELDS = (  # name, size, lowest value (celery.schedules.crontab_parser's max_ 
     ("day_of_month", 31, 1),
     ("month_of_year", 12, 1),
 )
+#: the five crontab fields, in Celery's order
+CRONTAB_FIELDS = tuple(name for name, *_ in _FIELDS)
 _NAMES = {
     "day_of_week": tuple(n.lower() for n in calendar.day_name[6:] + calendar.day_name[:6]),
     "month_of_year": tuple(n.lower() for n in calendar.month_name[1:]),
@@ -137,7 +136,11 @@ class Crontab:
     def from_fields(cls, fields: Any, timezone: str) -> Crontab:
         """The crontab of any object with the five cron fields as attributes: a schedule
         row, or django-celery-beat's ``CrontabSchedule``."""
-        return cls(**{name: getattr(fields, name) for name, *_ in _FIELDS}, timezone=timezone)
+        return cls(**{name: getattr(fields, name) for name in CRONTAB_FIELDS}, timezone=timezone)
+
+    def values(self, name: str) -> frozenset[int]:
+        """The numbers field ``name`` matches, expanded (``"*/15"`` of minute: 0, 15, 30, 45)."""
+        return self._sets[name]
 
     def __post_init__(self) -> None:
         sets = {name: _expand(name, getattr(self, name), size, low) for name, size, low in _FIELDS}
@@ -375,104 +378,6 @@ def advance(spec: Spec, deadline: datetime, now: datetime) -> datetime | None:
     return next_slot(spec, max(now, deadline))
 
 
-def from_celery(schedule_: object, default_timezone: str, relative: bool = False) -> Spec:
-    """The spec of an ``app.conf.beat_schedule`` entry's ``schedule`` value (R25).
-
-    ``relative`` is the entry's own ``relative`` key: Celery's beat applies it to a number or
-    a ``timedelta`` only (``celery.schedules.maybe_schedule``); a ``schedule`` object keeps
-    its own flag and a crontab ignores it. A relative interval counts its clock units in
-    ``default_timezone``, the zone of Celery's ``app.now()``."""
-    if isinstance(schedule_, solar):
-        return Solar(schedule_.event, schedule_.lat, schedule_.lon)
-    if isinstance(schedule_, crontab):
-        fields = {
-            name: _field_text(name, getattr(schedule_, f"_orig_{name}")) for name, *_ in _FIELDS
-        }
-        return Crontab(**fields, timezone=_own_zone(schedule_) or default_timezone)
-    if isinstance(schedule_, schedule) and not _overrides(schedule_, schedule):
-        return _interval(schedule_.run_every, schedule_.relative is True, default_timezone)
-    if isinstance(schedule_, timedelta):
-        return _interval(schedule_, relative, default_timezone)
-    if isinstance(schedule_, int | float) and not isinstance(schedule_, bool):
-        try:
-            every = timedelta(seconds=schedule_)
-        except (ValueError, OverflowError) as exc:  # nan, inf
-            raise InvalidSchedule("every", f"{schedule_!r} is not a number of seconds") from exc
-        return _interval(every, relative, default_timezone)
-    if isinstance(schedule_, datetime):
-        return Clocked(schedule_)
-    if callable(getattr(schedule_, "is_due", None)):  # a BaseSchedule subclass, or duck-typed
-        return Custom(custom_label(schedule_), schedule_)
-    raise InvalidSchedule("schedule", f"{type(schedule_).__name__} schedules are not supported")
-
-
-def _overrides(schedule_: object, base: type) -> bool:
-    """A subclass that answers Celery's questions its own way is a custom schedule."""
-    cls = type(schedule_)
-    return any(getattr(cls, m) is not getattr(base, m) for m in ("is_due", "remaining_estimate"))
-
-
-def _interval(every: timedelta, relative: bool, zone: str) -> Interval:
-    return Interval(every, relative=True, timezone=zone) if relative else Interval(every)
-
-
-def _field_text(name: str, value: object) -> str:
-    # crontab() also takes an int or an iterable of ints per field and keeps it as given.
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    if isinstance(value, Iterable):
-        items = list(value)
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in items):
-            return ",".join(str(v) for v in sorted(set(items)))
-    raise InvalidSchedule(name, f"cannot read {value!r}")
-
-
-def _own_zone(schedule_: crontab) -> str | None:
-    """The IANA name of a crontab's own zone (django-celery-beat's TzAwareCrontab), or None.
-
-    A plain crontab has none: its ``tz`` is a cached property that reads the current Celery
-    app's zone, so asking it would ignore ``default_timezone`` and reach for global state.
-    """
-    if type(schedule_) is crontab:
-        return None
-    tz = vars(schedule_).get("tz")  # set by TzAwareCrontab.__init__
-    if tz is None:
-        return None
-    if tz is UTC:
-        return "UTC"
-    for attr in ("key", "zone"):  # zoneinfo, pytz
-        name = getattr(tz, attr, None)
-        if isinstance(name, str):
-            return name
-    raise InvalidSchedule("timezone", f"{tz!r} is not an IANA time zone")
-
-
-def describe(spec: Spec) -> str:
-    """Words for people: "every 20 seconds", "At 08:00, Monday through Friday (Europe/Berlin)"."""
-    if isinstance(spec, Interval):
-        words = _describe_interval(spec.every)
-        if spec.relative:
-            words += f", rounded to the clock ({spec.timezone})"
-        return words
-    if isinstance(spec, Solar):
-        return f"at {spec.event.replace('_', ' ')} at {spec.place()}"
-    if isinstance(spec, Custom):
-        return f"custom schedule {spec.label}"
-    if isinstance(spec, Clocked):
-        fmt = "%Y-%m-%d %H:%M" + (":%S" if spec.at.second or spec.at.microsecond else "")
-        return f"once at {spec.at.strftime(fmt)} UTC"
-    options = Options()
-    options.use_24hour_time_format = True
-    options.day_of_week_start_index_zero = True
-    try:
-        words = ExpressionDescriptor(_expression(spec), options).get_description()
-    except Exception:  # a describer bug must not break the admin page
-        words = " ".join(f"{name}={getattr(spec, name)}" for name, *_ in _FIELDS)
-    return f"{words} ({spec.timezone})"
-
-
 #: the units a duration is written in, largest first
 _UNITS = (("day", _DAY), ("hour", timedelta(hours=1)), ("minute", _MINUTE), ("second", _SECOND))
 
@@ -484,47 +389,3 @@ def whole_units(every: timedelta) -> tuple[int, str] | None:
         if every % size == timedelta(0):
             return every // size, unit
     return None
-
-
-def _describe_interval(every: timedelta) -> str:
-    if whole := whole_units(every):
-        n, unit = whole
-        return f"every {n} {unit}{'' if n == 1 else 's'}"
-    seconds = f"{every.total_seconds():.6f}".rstrip("0").rstrip(".")
-    return f"every {seconds} seconds"
-
-
-def _expression(spec: Crontab) -> str:
-    """A 5-field cron expression of the expanded sets, in syntax cron_descriptor reads right."""
-    s = spec._sets
-    minute = _cron_field(s["minute"], 0, 59, steps=True)
-    hour = _cron_field(s["hour"], 0, 23, steps=True)
-    if len(s["minute"]) == 1 and "-" in hour:
-        # cron_descriptor reads "0 9-17" as "between 09:00 and 17:59"; a list reads right.
-        hour = ",".join(str(h) for h in sorted(s["hour"]))
-    dom = _cron_field(s["day_of_month"], 1, 31, steps=True)
-    month = _cron_field(s["month_of_year"], 1, 12, steps=True)
-    dow = _cron_field(s["day_of_week"], 0, 6, steps=False)  # "*/2" would read "every 2 days"
-    return f"{minute} {hour} {dom} {month} {dow}"
-
-
-def _cron_field(values: frozenset[int], low: int, high: int, steps: bool) -> str:
-    ordered = sorted(values)
-    if ordered == list(range(low, high + 1)):
-        return "*"
-    if steps and len(ordered) > 2 and ordered[0] == low:
-        step = ordered[1] - low
-        if ordered == list(range(low, high + 1, step)):
-            return f"*/{step}"
-    parts: list[str] = []
-    start = prev = ordered[0]
-    for value in [*ordered[1:], None]:
-        if value is not None and value == prev + 1:
-            prev = value
-            continue
-        parts.append(
-            f"{start}-{prev}" if prev - start >= 2 else ",".join(map(str, range(start, prev + 1)))
-        )
-        if value is not None:
-            start = prev = value
-    return ",".join(parts)

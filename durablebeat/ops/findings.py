@@ -4,7 +4,6 @@ guard every finder computes its rows through, so that a row it cannot compute wi
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 import logging
 from collections.abc import Callable, Iterable
@@ -14,7 +13,7 @@ from typing import Any
 from django.db import DatabaseError
 
 from ..models import Schedule
-from .words import duration_words, one_line
+from ..words import one_line
 
 logger = logging.getLogger("durablebeat")
 
@@ -69,11 +68,6 @@ class Finding:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self) | {"severity": self.severity.name.lower()}
-
-
-def ago(then: dt.datetime | None, now: dt.datetime) -> str:
-    """``now - then`` in words, for messages: "3 h 5 min" ("never" when there is no then)."""
-    return "never" if then is None else duration_words(now - then)
 
 
 # --- a broken row is a finding, never a crash (R21) ----------------------------------------

@@ -24,12 +24,13 @@ from ..beat import dberrors
 from ..beat.boots import alive_q
 from ..conf import invalid_settings
 from ..models import Boot, Schedule
+from ..words import ago, duration_words
 from . import coverage
 from .findings import CODES as CODES
 from .findings import SEVERITIES as SEVERITIES
 from .findings import Finding as Finding
 from .findings import Severity as Severity
-from .findings import active_schedules, ago, each_row
+from .findings import active_schedules, each_row
 from .run_findings import (
     find_lost,
     find_no_news,
@@ -39,7 +40,6 @@ from .run_findings import (
     find_untracked,
 )
 from .skew import find_clock_skew
-from .words import duration_words
 
 logger = logging.getLogger("durablebeat")
 _US = dt.timedelta(microseconds=1)

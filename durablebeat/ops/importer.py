@@ -33,7 +33,7 @@ from ..validation import (
     shape_error,
     validate_schedule_fields,
 )
-from .words import absolute, duration_words, schedule_words
+from ..words import absolute, duration_words, schedule_words
 
 logger = logging.getLogger("durablebeat")
 

@@ -21,7 +21,7 @@ from django.db.models import Count, Q
 from ..core import timing
 from ..enums import Reason, RunState
 from ..models import Boot, MissedSlots, Run, Schedule
-from .words import absolute, duration_words, one_line
+from ..words import absolute, duration_words, one_line
 
 #: a schedule is flagged when it fired more than this many times what its period allows
 OVERFIRE_RATIO = 1.5

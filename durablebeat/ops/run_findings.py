@@ -14,14 +14,14 @@ from django.db.models import Count, Exists, Max, Min, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce
 
 from .. import conf
-from ..beat.claims import UNPUBLISHABLE
 from ..core import clock, timing
 from ..core.policy import hard_limit
-from ..enums import Kind, RunState
+from ..enums import Failure, Kind, RunState
 from ..models import TIMING_FIELDS, Run, Schedule
+from ..words import ago
 from ..worker.completion import UNTRACKED
 from . import coverage
-from .findings import Finding, active_schedules, ago, unreadable_row
+from .findings import Finding, active_schedules, unreadable_row
 
 # --- runs ---------------------------------------------------------------------------------
 
@@ -206,7 +206,7 @@ def find_unpublishable(now: dt.datetime) -> list[Finding]:
     since = now - conf.settings.CHECK_LOOKBACK
     refused = _per_schedule(
         Run.objects.filter(
-            state=RunState.FAILED, finished_at__gte=since, detail__startswith=UNPUBLISHABLE
+            state=RunState.FAILED, failure=Failure.UNPUBLISHABLE, finished_at__gte=since
         ),
         Max("finished_at"),
     )

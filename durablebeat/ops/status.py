@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 from ..models import Schedule
+from ..words import absolute, duration_words, next_fire_words, one_line, relative, schedule_words
 from . import health
-from .words import absolute, duration_words, next_fire_words, one_line, relative, schedule_words
 
 STATUS_COLUMNS = ("name", "schedule", "enabled", "next fire", "last completion", "outcome", "stuck")
 

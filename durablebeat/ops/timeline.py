@@ -16,7 +16,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from ..core import clock
 from ..enums import Reason, RunState
-from .words import absolute, duration_words
+from ..words import absolute, duration_words, seconds_words
 
 H = dt.timedelta(hours=1)
 #: the windows a person picks with one click: {key: span}
@@ -217,14 +217,6 @@ def ticks(since: dt.datetime, until: dt.datetime, most: int = 9) -> list[tuple[d
             break
         at = following
     return found
-
-
-#: the longest duration said in words (a stored limit may be any float, R21)
-_LONGEST = (dt.timedelta.max - dt.timedelta(days=1)).total_seconds()
-
-
-def seconds_words(seconds: float) -> str:
-    return duration_words(dt.timedelta(seconds=max(-_LONGEST, min(seconds, _LONGEST))))
 
 
 @dataclass(frozen=True)

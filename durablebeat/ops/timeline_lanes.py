@@ -9,8 +9,8 @@ import uuid
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
+from ..words import absolute, relative
 from .timeline import STYLES, Style, worst
-from .words import absolute, relative
 
 
 @dataclass(frozen=True)

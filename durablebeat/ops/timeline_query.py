@@ -22,10 +22,10 @@ from django.db.models.functions import Trunc
 from ..core import clock
 from ..enums import Reason, RunState
 from ..models import Boot, MissedSlots, Run, Schedule
+from ..words import absolute, duration_words
 from . import report
 from .timeline import BUCKET_ABOVE, Point, Scale, Window, bucket_unit, mark_kind, state_words
 from .timeline_lanes import Band, BootMark, Bucket, Lane, Mark, MissedRange
-from .words import absolute, duration_words
 
 #: the most boots drawn in a window (a deploy loop shows as many lines; the rest are said)
 MAX_BOOTS = 200

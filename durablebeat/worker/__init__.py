@@ -1,1 +1,1 @@
-"""The worker side: run tracking from Celery signals, completion, orphan reclaim."""
+"""The worker side: run tracking from Celery signals, completion, the worker's liveness."""

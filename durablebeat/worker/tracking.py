@@ -11,7 +11,7 @@ fired during the body (the body caught it and went on; the run carries
 Celery was storing the result, and Celery itself stored FAILURE. Only an exception escaping
 the body is **failed**. A hard time limit kills the process before any signal: the parent
 stores FAILURE(TimeLimitExceeded) in the result backend, and beat reconciles it from there
-(``reclaim.reconcile_results``, R13).
+(``beat.reclaim.reconcile_results``, R13).
 
 A tracking write never fails the task, and is never dropped on the first error (R22): one
 that fails (the database is cut) is kept, in order, in a bounded queue of this process and
@@ -45,7 +45,7 @@ from .backlog import Write, backlog
 
 logger = logging.getLogger("durablebeat")
 
-#: the header every durablebeat message carries (``beat.due.Claim.headers``)
+#: the header every durablebeat message carries (``beat.messages.Claim.headers``)
 HEADER = "durablebeat_schedule"
 SOFT_SIGNAL = getattr(signal, "SIGUSR1", None)  # billiard's soft time limit signal
 #: seconds between liveness writes while they fail

@@ -10,9 +10,9 @@ import datetime as dt
 
 import pytest
 
+from durablebeat.beat.reclaim import ROUND_MARKER
 from durablebeat.enums import RunState
 from durablebeat.models import Boot, Incident, Marker, Run, Schedule, WorkerHeartbeat
-from durablebeat.worker.reclaim import ROUND_MARKER
 from tests.e2eapp.models import Execution
 
 from .harness import Cluster, wait_until

@@ -17,6 +17,7 @@ import time_machine
 from celery.schedules import schedule
 from kombu import Exchange, Queue
 
+from durablebeat import words
 from durablebeat.beat import due, publishing
 from durablebeat.beat.claims import claim_manual
 from durablebeat.beat.codesync import parse_beat_schedule, sync
@@ -68,7 +69,7 @@ def test_a_half_second_entry_is_stored_and_shown_as_given():
     sync([entry], T0)
     row = Schedule.objects.get(name="half")
     assert row.every == dt.timedelta(milliseconds=500)
-    assert timing.describe(row.to_spec()) == "every 0.5 seconds"
+    assert words.describe(row.to_spec()) == "every 0.5 seconds"
 
 
 @pytest.mark.parametrize(("typed", "every"), [("500ms", 500 * MS), ("0.5s", 500 * MS), ("1ms", MS)])

@@ -12,9 +12,10 @@ import pytest
 from celery.exceptions import TimeLimitExceeded
 from django.db import OperationalError
 
+from durablebeat.beat import reclaim
 from durablebeat.enums import RunState
 from durablebeat.models import Incident, Run, Schedule, WorkerHeartbeat
-from durablebeat.worker import completion, reclaim, tracking
+from durablebeat.worker import completion, tracking
 from durablebeat.worker.backlog import Backlog
 from project.celery import app
 

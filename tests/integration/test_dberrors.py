@@ -112,6 +112,31 @@ def test_after_boot_a_connection_cut_is_no_database_error(make_engine, monkeypat
     assert not Incident.objects.filter(kind=dberrors.KIND).exists()
 
 
+def test_a_connection_cut_while_a_batch_is_decided_still_sends_the_slots_decided_so_far(
+    make_engine, make_schedule, publisher, monkeypatch, t0
+):
+    """R5: the database drops after a row of the batch was decided to fire: that slot goes
+    out unclaimed and is kept for the ledger (written once the database is back), as when
+    the claim itself fails; beat goes on from memory."""
+    from durablebeat.beat import engine as engine_module
+
+    make_schedule("first", every=60, next_fire_at=t0 - S)
+    make_schedule("second", every=60, next_fire_at=t0)
+    real = engine_module.due_from_row
+
+    def cut_at_second(row, *args):
+        if row.name == "second":
+            _connection_cut()
+        return real(row, *args)
+
+    monkeypatch.setattr(engine_module, "due_from_row", cut_at_second)
+    engine = make_engine()
+    engine.tick(t0)
+    assert [c.schedule for c in publisher.claims] == ["first"]
+    assert not engine.db_ok
+    assert [f.schedule for f in engine.memory.fires] == ["first"]
+
+
 def test_a_recurring_error_stops_the_beat_process_not_just_one_tick(monkeypatch):
     """Celery's beat exits when ``tick`` raises: the scheduler lets the boot error through."""
     from durablebeat.schedulers import DurableScheduler

@@ -13,10 +13,11 @@ import pytest
 from django.db import DataError, OperationalError
 from django.test import override_settings
 
+from durablebeat.beat import reclaim
 from durablebeat.enums import RunState
 from durablebeat.models import Run, Schedule, WorkerHeartbeat
 from durablebeat.ops import health
-from durablebeat.worker import backlog, completion, reclaim, tracking
+from durablebeat.worker import backlog, completion, tracking
 from tests.e2e.harness import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 
 from durablebeat.beat.codesync import BadEntry, parse_beat_schedule
 from durablebeat.beat.engine import MIN_SLEEP, Engine
-from durablebeat.beat.hooks import default_hooks
 from durablebeat.enums import RunState
 from durablebeat.models import Boot, Incident, MissedSlots, Run, Schedule
 from durablebeat.ops import health
@@ -178,9 +177,7 @@ class ContentPublisher(RecordingPublisher):
 
 
 def _engine(publisher: Any, **kwargs: Any) -> Engine:
-    return Engine(
-        code_entries=[], publish=publisher, boot_id=uuid.uuid4(), hooks=default_hooks(), **kwargs
-    )
+    return Engine(code_entries=[], publish=publisher, boot_id=uuid.uuid4(), **kwargs)
 
 
 def _monitoring_answers(now: dt.datetime, admin: Client) -> None:

@@ -14,7 +14,7 @@ from django.db import DatabaseError
 from django.test import override_settings
 
 from durablebeat.beat.claims import UNPUBLISHABLE
-from durablebeat.enums import RunState
+from durablebeat.enums import Failure, RunState
 from durablebeat.management.commands.durablebeat import Command as DurablebeatCommand
 from durablebeat.models import Boot, Schedule
 from durablebeat.ops import health, run_findings
@@ -280,8 +280,17 @@ def test_a_slot_whose_message_was_refused_is_reported_by_name(healthy, make_run,
     """R21: a message the broker client refuses for its own content fails its slot at once;
     check says so now, not after no_success's few periods."""
     detail = f"{UNPUBLISHABLE}: OverflowError: Python int too large to convert"
-    make_run(healthy, t0 - 2 * MIN, state=RunState.FAILED, finished_at=t0 - 2 * MIN, detail=detail)
+    make_run(
+        healthy,
+        t0 - 2 * MIN,
+        state=RunState.FAILED,
+        finished_at=t0 - 2 * MIN,
+        detail=detail,
+        failure=Failure.UNPUBLISHABLE,
+    )
     make_run(healthy, t0 - MIN, state=RunState.FAILED, finished_at=t0 - MIN, error="boom")
+    # a body that failed with the same words in its detail is not a refused message
+    make_run(healthy, t0 - 3 * MIN, state=RunState.FAILED, finished_at=t0 - MIN, detail=detail)
     [finding] = health.findings(t0)
     assert (finding.code, finding.schedule) == ("unpublishable", "minutely")
     assert "1 slot(s) not sent" in finding.message
@@ -296,8 +305,8 @@ def test_published_within_the_no_news_bound_is_silent(healthy, make_run, t0):
 def test_a_countdowns_run_has_no_news_only_past_its_eta_plus_the_bound(healthy, make_run, t0):
     """R22 + R25: a message delayed by countdown is not started before its ETA; check, the
     no-news round and the overlap evidence wait for it, then say so as for any run."""
+    from durablebeat.beat import reclaim
     from durablebeat.beat.claims import _in_flight
-    from durablebeat.worker import reclaim
 
     Schedule.objects.filter(pk=healthy.pk).update(countdown=600)
     run = make_run(healthy, t0 - 5 * MIN, state=RunState.PUBLISHED, published_at=t0 - 5 * MIN)
@@ -568,7 +577,14 @@ def test_every_finding_at_once_each_with_its_documented_severity(
     make_run(starved, t0 - 10 * MIN, boot=stale, state=RunState.CLAIMED)
     make_run(starved, t0 - 30 * MIN, state=RunState.PUBLISHED, published_at=t0 - 30 * MIN)
     refused = f"{UNPUBLISHABLE}: OverflowError: expires"
-    make_run(starved, t0 - 20 * MIN, state=RunState.FAILED, finished_at=t0, detail=refused)
+    make_run(
+        starved,
+        t0 - 20 * MIN,
+        state=RunState.FAILED,
+        finished_at=t0,
+        detail=refused,
+        failure=Failure.UNPUBLISHABLE,
+    )
     make_run(starved, t0 - 40 * MIN, finished_at=t0 - 30 * MIN, detail=completion.UNTRACKED)
     broken = make_schedule("broken", every=60)
     Schedule.objects.filter(pk=broken.pk).update(error="every: bad")

@@ -18,7 +18,7 @@ from durablebeat.beat import batch_claim, boots, claims, outage
 from durablebeat.beat import engine as engine_module
 from durablebeat.beat.engine import MIN_SLEEP
 from durablebeat.core import policy, timing
-from durablebeat.enums import RunState
+from durablebeat.enums import Failure, RunState
 from durablebeat.models import Run, Schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -116,15 +116,15 @@ def test_a_row_whose_claim_raises_anything_is_set_aside_and_the_batch_fires(
     bad_id = bad.pk
 
     def breaking(real):
-        def claim(pairs_or_due, *args, **kwargs):
+        def claim(fires_or_due, *args, **kwargs):
             ids = (
-                [pairs_or_due.id]
-                if isinstance(pairs_or_due, policy.Due)
-                else [d.id for d, _ in pairs_or_due]
+                [fires_or_due.id]
+                if isinstance(fires_or_due, policy.Due)
+                else [f.due.id for f in fires_or_due]
             )
             if bad_id in ids:
                 raise exc
-            return real(pairs_or_due, *args, **kwargs)
+            return real(fires_or_due, *args, **kwargs)
 
         return claim
 
@@ -212,7 +212,7 @@ def test_a_message_refused_for_its_content_fails_its_slot_and_the_group_goes_out
     assert sorted(c.schedule for c in publisher.claims) == sorted(GOOD)
     assert Run.objects.filter(state=RunState.PUBLISHED).count() == len(GOOD)
     run = Run.objects.get(schedule__name="bad")
-    assert run.state == RunState.FAILED
+    assert (run.state, run.failure) == (RunState.FAILED, Failure.UNPUBLISHABLE)
     assert type(exc).__name__ in run.error and "refused" in run.detail
     assert run.finished_at == t0
     bad = Schedule.objects.get(name="bad")
@@ -273,7 +273,7 @@ def test_a_batch_whose_send_fails_for_the_broker_is_retried(
 def test_a_retried_message_refused_for_its_content_fails_and_the_others_go_out(
     make_engine, make_schedule, publisher, t0
 ):
-    """recovery.Retries: after an outage, a message refused for its content fails its slot
+    """retries.Retries: after an outage, a message refused for its content fails its slot
     and does not stop the retries behind it."""
     _batch(make_schedule, t0)
     publisher.fail = True
@@ -518,7 +518,7 @@ def test_a_started_run_with_a_limit_that_is_no_number_of_seconds_never_stops_the
 
     if connection.vendor == "mysql" and not math.isfinite(limit):
         pytest.skip("MariaDB/MySQL cannot store inf or NaN in a float column")
-    from durablebeat.worker import reclaim
+    from durablebeat.beat import reclaim
 
     job = make_schedule("job", every=60, next_fire_at=t0)
     odd = make_run(job, t0 - 60 * S, state=RunState.STARTED, started_at=t0 - 3000 * S)

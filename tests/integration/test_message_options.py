@@ -19,16 +19,16 @@ import pytest
 from django.core.exceptions import ValidationError
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from durablebeat.beat import publishing
+from durablebeat.beat import publishing, reclaim
 from durablebeat.beat.claims import claim_manual
 from durablebeat.beat.codesync import REFUSED_OPTIONS, BadEntry, parse_beat_schedule, sync
-from durablebeat.beat.due import Message
+from durablebeat.beat.messages import Message
 from durablebeat.enums import RunState
 from durablebeat.forms import ScheduleForm
 from durablebeat.models import MESSAGE_OPTIONS, Run, Schedule, WorkerHeartbeat
 from durablebeat.ops import importer
 from durablebeat.validation import MAX_TIME_LIMIT
-from durablebeat.worker import reclaim, tracking
+from durablebeat.worker import tracking
 from durablebeat.worker.backlog import Backlog
 from project.celery import app
 from tests.integration.admin_forms import schedule_form

@@ -21,10 +21,11 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.test import override_settings
 
+from durablebeat import words
 from durablebeat.core import clock
 from durablebeat.enums import Reason, RunState
 from durablebeat.models import Boot, Incident, MissedSlots, Run, Schedule, WorkerHeartbeat
-from durablebeat.ops import health, metrics, report, run_findings, status, words
+from durablebeat.ops import health, metrics, report, run_findings, status
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,10 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from durablebeat import words
 from durablebeat.enums import Reason, RunState
 from durablebeat.models import MissedSlots, Run, Schedule
-from durablebeat.ops import report, words
+from durablebeat.ops import report
 
 pytestmark = pytest.mark.django_db
 

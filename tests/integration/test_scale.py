@@ -21,7 +21,8 @@ from django.test.utils import CaptureQueriesContext
 from durablebeat.beat import notify
 from durablebeat.beat.boots import register_boot
 from durablebeat.beat.claims import claim
-from durablebeat.beat.due import Message, due_from_row, fetch_due
+from durablebeat.beat.due import due_from_row, fetch_due
+from durablebeat.beat.messages import Message, ToFire
 from durablebeat.core.policy import Fire, decide
 from durablebeat.models import Run, Schedule
 
@@ -119,13 +120,13 @@ def test_a_batch_keeps_firing_when_one_slot_already_has_a_run(make_engine, publi
     assert Run.objects.filter(slot=t0).count() == 50
 
 
-def _fires(now: dt.datetime) -> list:
+def _fires(now: dt.datetime) -> list[ToFire]:
     fires = []
     for row in fetch_due(now, 1000):
         due = due_from_row(row)
         action = decide(due, now, dt.timedelta(seconds=10), False)
         assert isinstance(action, Fire)
-        fires.append((due, action, Message.for_row(row)))
+        fires.append(ToFire(due=due, fire=action, message=Message.for_row(row)))
     return fires
 
 

@@ -17,8 +17,8 @@ from durablebeat.beat import defaults
 from durablebeat.core import timing
 from durablebeat.enums import Kind
 from durablebeat.models import Run, Schedule
-from durablebeat.ops.words import next_fire_words
 from durablebeat.schedulers import DurableScheduler
+from durablebeat.words import next_fire_words
 from tests import compat_corpus as corpus
 
 pytestmark = pytest.mark.django_db(transaction=True)

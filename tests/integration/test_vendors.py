@@ -19,7 +19,8 @@ from django.test.utils import CaptureQueriesContext
 from durablebeat.beat.batch_claim import claim_many
 from durablebeat.beat.boots import register_boot
 from durablebeat.beat.claims import claim
-from durablebeat.beat.due import Message, due_from_row, fetch_due
+from durablebeat.beat.due import due_from_row, fetch_due
+from durablebeat.beat.messages import Message, ToFire
 from durablebeat.core.policy import Fire, decide
 from durablebeat.models import Run, Schedule
 
@@ -43,13 +44,13 @@ def _many(n: int, due_at: dt.datetime) -> list[int]:
     return list(Schedule.objects.order_by("pk").values_list("pk", flat=True))
 
 
-def _fires(now: dt.datetime) -> list[tuple]:
+def _fires(now: dt.datetime) -> list[ToFire]:
     fires = []
     for row in fetch_due(now, 1000):
         due = due_from_row(row)
         action = decide(due, now, dt.timedelta(seconds=10), False)
         assert isinstance(action, Fire)
-        fires.append((due, action, Message.for_row(row)))
+        fires.append(ToFire(due=due, fire=action, message=Message.for_row(row)))
     return fires
 
 
@@ -132,13 +133,12 @@ def test_claims_carry_their_run_ids_where_a_bulk_insert_returns_none(monkeypatch
     """MySQL 8's multi-row INSERT returns no ids: the claims still carry each run's id,
     so that publishing can confirm it (R3), as on the databases that return them."""
     _many(5, t0)
-    pairs = [(d, f) for d, f, _ in _fires(t0 + S)]
     boot = uuid.uuid4()
     register_boot(boot, "host", 1, t0)
     features = type(connection.features)  # a property on some backends' class
     monkeypatch.setattr(features, "can_return_rows_from_bulk_insert", False)
     with transaction.atomic():
-        won = claim_many(pairs, boot, t0 + S)
+        won = claim_many(_fires(t0 + S), boot, t0 + S)
     runs = dict(Run.objects.values_list("schedule_id", "pk"))
     assert len(won) == 5
     assert {sid: run_id for sid, (run_id, _) in won.items()} == runs

@@ -32,6 +32,7 @@ from celery._state import get_current_app
 from celery.beat import PersistentScheduler
 from celery.schedules import solar
 
+from durablebeat.beat import celery_specs
 from durablebeat.beat.codesync import celery_timezone, parse_entry
 from durablebeat.core import policy, timing
 from durablebeat.enums import Reason
@@ -315,7 +316,7 @@ def test_a_polar_night_has_no_sunrise_and_status_says_until_when():
     assert nxt is not None and dt.datetime(2027, 2, 10, tzinfo=dt.UTC) < nxt < dt.datetime(
         2027, 2, 25, tzinfo=dt.UTC
     )
-    from durablebeat.core.solar import no_event_words
+    from durablebeat.words import no_event_words
 
     words = no_event_words(spec, after, nxt)
     assert words == f"the sun does not rise at 78.2232°N, 15.6267°E until {nxt:%Y-%m-%d}"
@@ -360,9 +361,9 @@ def test_a_custom_schedule_is_labelled_by_class_and_repr_without_its_address():
         def __repr__(self) -> str:
             raise RuntimeError("no repr")
 
-    plain = timing.from_celery(Plain(), "UTC")
+    plain = celery_specs.from_celery(Plain(), "UTC")
     assert isinstance(plain, timing.Custom)
-    assert plain == timing.from_celery(Plain(), "UTC")
+    assert plain == celery_specs.from_celery(Plain(), "UTC")
     assert " at 0x" not in plain.label and plain.label.endswith("Plain object>")
-    broken = timing.from_celery(Broken(), "UTC")
+    broken = celery_specs.from_celery(Broken(), "UTC")
     assert isinstance(broken, timing.Custom) and broken.label.endswith(".Broken>")

@@ -13,8 +13,8 @@ import pytest
 from celery.beat import BeatLazyFunc
 
 from durablebeat.beat.dispatch import PUBLISH_GROUP, Dispatcher
-from durablebeat.beat.due import Claim, Message
 from durablebeat.beat.live import LiveValues
+from durablebeat.beat.messages import Claim, Message
 
 T0 = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
 BOOT = uuid.uuid4()

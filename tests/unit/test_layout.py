@@ -8,6 +8,7 @@ never executed, so it is not an edge here."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable, Container
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "durablebeat"
@@ -105,15 +106,45 @@ def test_the_cycle_finder_finds_one():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
+def _reached(
+    start: str, imports: Callable[[str], set[str]], follow: Container[str] = MODULES
+) -> dict[str, list[str]]:
+    """Everything ``start`` imports through every import, each with the chain of modules
+    that leads to it (the first found): the modules in ``follow`` (the package's own) are
+    followed, any other import is an end."""
+    chains: dict[str, list[str]] = {start: [start]}
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        for found in sorted(imports(name)):
+            if found in chains:
+                continue
+            chains[found] = [*chains[name], found]
+            if found in follow:
+                todo.append(found)
+    return chains
+
+
 def test_the_core_imports_no_database_and_nothing_of_beat_worker_or_ops():
+    """Through every import, not one hop: core -> durablebeat.enums -> django.db is one."""
     for name in (m for m in MODULES if m.startswith("durablebeat.core")):
-        bad = sorted(m for m in _imports(name) if m.startswith(NOT_IN_CORE))
+        chains = _reached(name, _imports)
+        bad = sorted(" -> ".join(chain) for m, chain in chains.items() if m.startswith(NOT_IN_CORE))
         assert not bad, f"{name} imports {bad}"
 
 
+def test_the_purity_check_follows_imports_to_any_depth():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "django.db"}}
+    chains = _reached("a", graph.__getitem__, follow=graph)
+    assert chains["django.db"] == ["a", "b", "c", "django.db"]
+    real = _reached("durablebeat.enums", _imports)
+    assert real["django.db"] == ["durablebeat.enums", "django.db"]
+    assert "durablebeat.core.enums" in real
+
+
 def test_the_worker_side_never_imports_the_beat_side():
-    """One way only: the beat runs the worker side's reclaim round and asks it whether a run
-    is dead; worker/ (tracking, completion, reclaim) needs nothing of beat/."""
+    """One way only: the beat's reclaim round applies what the worker side's completion
+    applies; worker/ (tracking, completion, backlog) needs nothing of beat/."""
     for name in (m for m in MODULES if m.startswith("durablebeat.worker")):
         bad = sorted(m for m in _imports(name) if m.startswith("durablebeat.beat"))
         assert not bad, f"{name} imports {bad}"

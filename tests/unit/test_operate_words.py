@@ -7,9 +7,10 @@ import datetime as dt
 
 import pytest
 
+from durablebeat import words
 from durablebeat.core import timing
 from durablebeat.models import Schedule
-from durablebeat.ops import health, report, run_findings, words
+from durablebeat.ops import health, report, run_findings
 
 T0 = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
 S = dt.timedelta(seconds=1)

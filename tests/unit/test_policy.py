@@ -175,3 +175,15 @@ def test_an_outage_of_a_day_past_the_window_is_one_exact_range():
     action = decide(due(MINUTELY, T0, catch_up=True), now, LATE, True)  # caught up already
     assert isinstance(action, Miss)
     assert _range(action) == (24 * 60 + 1, T0, T0 + 24 * 60 * M)
+
+
+def test_the_model_choices_carry_the_cores_values():
+    """The core decides with plain enums (no Django in core); the rows store the choices
+    built from them: one set of values, equal member by member."""
+    from durablebeat import enums
+    from durablebeat.core import enums as core
+
+    for plain, choices in ((core.Overlap, enums.Overlap), (core.Reason, enums.Reason)):
+        assert [m.name for m in plain] == list(choices.names)
+        assert [m.value for m in plain] == list(choices.values)
+        assert all(m == choices[m.name] and hash(m) == hash(choices[m.name]) for m in plain)

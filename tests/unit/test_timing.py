@@ -22,6 +22,7 @@ from django_celery_beat.tzcrontab import TzAwareCrontab
 from hypothesis import example, given, reject, settings
 from hypothesis import strategies as st
 
+from durablebeat.beat.celery_specs import from_celery
 from durablebeat.core import timing
 from durablebeat.core.timing import Clocked, Crontab, Interval, InvalidSchedule
 
@@ -356,18 +357,18 @@ def test_slots_stay_ascending_where_a_shift_overtakes_a_real_slot():
 
 
 def test_celery_schedule_becomes_an_interval():
-    assert timing.from_celery(schedule(dt.timedelta(seconds=30)), "UTC") == Interval(30 * S)
-    assert timing.from_celery(schedule(45), "UTC") == Interval(45 * S)
+    assert from_celery(schedule(dt.timedelta(seconds=30)), "UTC") == Interval(30 * S)
+    assert from_celery(schedule(45), "UTC") == Interval(45 * S)
 
 
 def test_timedelta_and_seconds_become_an_interval():
-    assert timing.from_celery(dt.timedelta(minutes=5), "UTC") == Interval(5 * M)
-    assert timing.from_celery(20, "UTC") == Interval(20 * S)
-    assert timing.from_celery(0.5, "UTC") == Interval(dt.timedelta(milliseconds=500))
+    assert from_celery(dt.timedelta(minutes=5), "UTC") == Interval(5 * M)
+    assert from_celery(20, "UTC") == Interval(20 * S)
+    assert from_celery(0.5, "UTC") == Interval(dt.timedelta(milliseconds=500))
 
 
 def test_celery_crontab_without_its_own_zone_takes_the_default_zone():
-    spec = timing.from_celery(crontab(minute="*/15", hour="9-17", day_of_week="mon-fri"), BERLIN)
+    spec = from_celery(crontab(minute="*/15", hour="9-17", day_of_week="mon-fri"), BERLIN)
     assert spec == Crontab(
         minute="*/15",
         hour="9-17",
@@ -381,32 +382,32 @@ def test_celery_crontab_without_its_own_zone_takes_the_default_zone():
 def test_celery_crontab_zone_does_not_come_from_the_current_celery_app():
     # A plain crontab's .tz is the current app's zone (UTC here): not the zone it was given.
     plain = crontab(minute="0", hour="8")
-    assert timing.from_celery(plain, TOKYO).timezone == TOKYO
+    assert from_celery(plain, TOKYO).timezone == TOKYO
     plain.tz  # noqa: B018 - celery caches the app's zone on the instance; still not its own
-    assert timing.from_celery(plain, TOKYO).timezone == TOKYO
+    assert from_celery(plain, TOKYO).timezone == TOKYO
 
 
 def test_celery_crontab_fields_given_as_numbers_and_sets_are_read():
-    spec = timing.from_celery(crontab(minute=0, hour={20, 8}, day_of_month=[1, 15]), "UTC")
+    spec = from_celery(crontab(minute=0, hour={20, 8}, day_of_month=[1, 15]), "UTC")
     assert (spec.minute, spec.hour, spec.day_of_month) == ("0", "8,20", "1,15")
 
 
 def test_crontab_with_its_own_zone_keeps_it():
     tz_aware = TzAwareCrontab(minute="0", hour="8", tz=ZoneInfo(TOKYO))
-    assert timing.from_celery(tz_aware, BERLIN) == Crontab(minute="0", hour="8", timezone=TOKYO)
+    assert from_celery(tz_aware, BERLIN) == Crontab(minute="0", hour="8", timezone=TOKYO)
     utc_aware = TzAwareCrontab(minute="0", hour="8", tz=dt.UTC)  # its default
-    assert timing.from_celery(utc_aware, BERLIN).timezone == "UTC"
+    assert from_celery(utc_aware, BERLIN).timezone == "UTC"
 
 
 def test_crontab_with_a_fixed_offset_zone_is_refused_naming_the_timezone():
     fixed = TzAwareCrontab(minute="0", hour="8", tz=dt.timezone(2 * H))
     with pytest.raises(InvalidSchedule) as info:
-        timing.from_celery(fixed, BERLIN)
+        from_celery(fixed, BERLIN)
     assert info.value.field == "timezone"
 
 
 def test_aware_datetime_becomes_a_one_off():
-    assert timing.from_celery(wall(BERLIN, 2026, 7, 1, 12), "UTC") == Clocked(utc(2026, 7, 1, 10))
+    assert from_celery(wall(BERLIN, 2026, 7, 1, 12), "UTC") == Clocked(utc(2026, 7, 1, 10))
 
 
 @pytest.mark.parametrize(
@@ -427,7 +428,7 @@ def test_aware_datetime_becomes_a_one_off():
 )
 def test_unsupported_celery_schedules_are_refused_naming_the_field(value, field):
     with pytest.raises(InvalidSchedule) as info:
-        timing.from_celery(value, "UTC")
+        from_celery(value, "UTC")
     assert info.value.field == field
 
 

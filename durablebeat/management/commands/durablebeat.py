@@ -12,9 +12,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf, dbclock
+from ... import conf, dbclock, words
 from ...core import clock
-from ...ops import backfill, health, importer, report, status, words
+from ...ops import backfill, health, importer, report, status
 
 
 def _duration(text: str) -> Any:

@@ -1,4 +1,4 @@
-"""Orphan reclaim, part of the beat loop itself (R13, R15).
+"""Orphan reclaim, a beat loop hook (R13, R15, R22).
 
 A run whose worker died stays "started" for ever, and under ``overlap=skip`` its schedule
 skips for ever: the 13-day silent stop behind §4. So every beat runs this as a loop
@@ -18,9 +18,8 @@ a row in the database, taken by compare-and-set), in three steps:
    broker, or a queue nobody consumes), which ``check`` reports and which no longer holds
    an ``overlap=skip`` schedule. A start or completion that comes later still wins.
 
-Whether a started run is dead (``dead_reason``) and the no-news write are also what a
-claim asks before it skips for an earlier run (``beat.claims``): beat/ imports worker/,
-never the other way (``tests/unit/test_layout.py``).
+Whether a started run is dead and the no-news write are also what a claim asks before it
+skips for an earlier run (``beat.claims``): both are in ``liveness``.
 """
 
 from __future__ import annotations
@@ -28,21 +27,19 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F, Q
 
 from .. import conf
-from ..core.policy import StartedRun, news_overdue, no_news_bound, reclaim_reason
+from ..core.policy import news_overdue, no_news_bound
 from ..enums import RunState
 from ..models import Incident, Marker, Run, WorkerHeartbeat
-from . import completion
-
-if TYPE_CHECKING:  # the beat runs this hook; worker/ never imports beat/ (test_layout)
-    from ..beat.loop import Loop
+from ..worker import completion
+from .liveness import dead_reason, mark_no_news_runs, worker_seen_at
+from .loop import Loop
 
 logger = logging.getLogger("durablebeat")
 
@@ -281,69 +278,3 @@ def no_news_round(now: dt.datetime) -> int:
         )
     ]
     return mark_no_news_runs(overdue)
-
-
-def no_news_detail(run: Run, bound: dt.timedelta) -> str:
-    sent = run.published_at or run.claimed_at
-    return (
-        f"no news since {sent.isoformat(timespec='seconds')}: no worker started it within "
-        f"{bound.total_seconds():g} s (message lost, or its queue not consumed); it no "
-        "longer holds its schedule (R22)"
-    )[:300]
-
-
-def mark_no_news_runs(runs: Sequence[Run]) -> int:
-    """Published runs past their no-news bound: ``no_news`` with why. Only from published
-    (compare-and-set): a start or a completion that came meanwhile wins (R11). This round's
-    and the claim's (``beat.claims``, a skip schedule's own runs) write."""
-    s = conf.settings
-    moved = 0
-    for run in runs:
-        bound = no_news_bound(
-            getattr(run, "expire_seconds", None), s.NO_NEWS_AFTER, getattr(run, "countdown", None)
-        )
-        moved += Run.objects.filter(pk=run.pk, state=RunState.PUBLISHED).update(
-            state=RunState.NO_NEWS, detail=no_news_detail(run, bound)
-        )
-        name = getattr(run, "schedule_name", None) or run.schedule_id
-        logger.warning(
-            "no news schedule=%s slot=%s task_id=%s: no worker started it within %g s",
-            name,
-            run.slot.isoformat(),
-            run.task_id,
-            bound.total_seconds(),
-            extra={"event": "no_news", "schedule": name, "task_id": run.task_id},
-        )
-    return moved
-
-
-# --- is a started run dead? (R15): the reclaim's and the overlap skip's evidence ------------
-
-
-def _worker_key(run: Run) -> tuple[str, int]:
-    return run.worker, run.worker_pid or 0
-
-
-def worker_seen_at(runs: Iterable[Run]) -> dict[tuple[str, int], dt.datetime]:
-    """The last liveness write of each run's worker process that has one, by (worker, pid)."""
-    wanted = {_worker_key(run) for run in runs}
-    if not wanted:
-        return {}
-    rows = WorkerHeartbeat.objects.filter(worker__in={w for w, _ in wanted})
-    return {
-        (w, p): at for w, p, at in rows.values_list("worker", "pid", "seen_at") if (w, p) in wanted
-    }
-
-
-def dead_reason(
-    run: Run, seen: Mapping[tuple[str, int], dt.datetime], now: dt.datetime
-) -> str | None:
-    """Why a started run is dead (its worker silent past ``WORKER_DEAD_AFTER``, or past its
-    hard time limit plus ``RECLAIM_MARGIN``), or None with no evidence that it is (R15).
-    ``seen``: ``worker_seen_at`` of the runs asked about."""
-    if run.started_at is None:  # never started: nothing to judge
-        return None
-    s = conf.settings
-    view = StartedRun(run.started_at, run.worker, run.worker_pid, run.hard_time_limit)
-    seen_at = seen.get(_worker_key(run))
-    return reclaim_reason(view, seen_at, now, s.WORKER_DEAD_AFTER, s.RECLAIM_MARGIN)

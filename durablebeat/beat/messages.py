@@ -1,0 +1,89 @@
+"""What firing a slot sends (R3, R24, R25): the broker message of a schedule, a slot
+decided to fire with the message it sends (``ToFire``), and the claim that carries it, a
+slot this beat owns and must publish."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .. import validation
+from ..core.policy import Due, Fire
+from ..models import MESSAGE_OPTIONS, Schedule
+from .codesync import CodeEntry
+
+
+@dataclass(frozen=True)
+class Message:
+    """What goes to the broker for one schedule, besides the run's own identity."""
+
+    task: str
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def for_row(cls, row: Schedule) -> Message:
+        """Raises ``timing.InvalidSchedule`` when a stored JSON field has the wrong shape."""
+        validation.check_message_shapes(row)
+        # Every apply_async option the schedule holds, on every fire (R24); an empty one is
+        # left out, so the task's or the app's own default applies as under Celery's beat.
+        options: dict[str, Any] = {
+            option: value
+            for option, name in MESSAGE_OPTIONS.items()
+            if (value := getattr(row, name)) is not None and value != ""
+        }
+        return cls(row.task, list(row.args), dict(row.kwargs), options | {"headers": row.headers})
+
+    @classmethod
+    def for_entry(cls, entry: CodeEntry) -> Message:
+        row = Schedule(name=entry.name)
+        entry.apply_to(row)
+        return cls.for_row(row)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToFire:
+    """One due row the policy said to fire now (``Engine._decide``): the schedule as read,
+    the policy's answer, and the message its slot sends. What ``claims.claim`` claims."""
+
+    due: Due
+    fire: Fire
+    message: Message
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """A slot this beat owns and must publish. Built by keyword: eight fields, several of
+    one type."""
+
+    run_id: int | None
+    task_id: str
+    schedule_id: int | None
+    schedule: str
+    slot: dt.datetime
+    reason: str
+    boot_id: uuid.UUID
+    message: Message
+
+    def with_arguments(
+        self, args: list[Any], kwargs: dict[str, Any], callbacks: dict[str, Any] | None = None
+    ) -> Claim:
+        """This claim sending ``args``/``kwargs`` (and ``link``/``link_error``): a code
+        entry's values of one send (R25)."""
+        options = self.message.options | (callbacks or {})
+        return replace(
+            self, message=replace(self.message, args=args, kwargs=kwargs, options=options)
+        )
+
+    def headers(self) -> dict[str, Any]:
+        return {
+            **self.message.options.get("headers", {}),
+            "durablebeat_schedule": self.schedule,
+            "durablebeat_slot": self.slot.isoformat(),
+            "durablebeat_reason": self.reason,
+            "durablebeat_boot": str(self.boot_id),
+            "durablebeat_run": self.run_id,
+        }
