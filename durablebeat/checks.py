@@ -51,7 +51,7 @@ def check_unknown_settings(**kwargs: Any) -> list[checks.CheckMessage]:
     return [
         checks.Warning(
             f"{name} is not a durablebeat setting: it is ignored.",
-            hint="See the README's settings table for the names.",
+            hint="See the settings table of docs/configuration.md for the names.",
             id="durablebeat.W003",
         )
         for name in sorted(dir(django_settings))
@@ -143,5 +143,8 @@ def check_database_backend(**kwargs: Any) -> list[checks.CheckMessage]:
     problem = unsupported_backend()
     if problem is None:
         return []
-    hint = "Use PostgreSQL, MariaDB 10.6+ / MySQL 8 or SQLite (README: Supported versions)."
+    hint = (
+        "Use PostgreSQL, MariaDB 10.6+ / MySQL 8 or SQLite"
+        " (docs/configuration.md: Supported versions)."
+    )
     return [checks.Error(problem, hint=hint, id="durablebeat.E004")]

@@ -1,10 +1,11 @@
 """Every ``DURABLEBEAT_*`` setting, its type, its default and its range, read on access.
 
 Reading on access (not at import) lets ``override_settings`` and per-process environment
-settings work. The README's settings table mirrors this module. A value of the wrong type
-or out of its range raises ``InvalidSetting`` naming the setting, on every access, so it can
-never reach the engine; the system check ``durablebeat.E002`` reads every property here,
-whatever it is, so a new setting is checked as soon as its property exists (R21).
+settings work. docs/configuration.md's settings table mirrors this module. A value of the
+wrong type or out of its range raises ``InvalidSetting`` naming the setting, on every
+access, so it can never reach the engine; the system check ``durablebeat.E002`` reads every
+property here, whatever it is, so a new setting is checked as soon as its property exists
+(R21).
 """
 
 from __future__ import annotations

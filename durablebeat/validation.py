@@ -2,7 +2,7 @@
 
 One function serves the model's ``full_clean``, the admin form, the code sync and the
 importer, so the entry points can never disagree about what is valid. The ranges are the
-named constants below: the README's "Ranges" table and ``conf`` cite them.
+named constants below: docs/configuration.md's "Ranges" table and ``conf`` cite them.
 
 Why these bounds. Every instant a schedule holds is kept within ``MIN_INSTANT`` ..
 ``MAX_INSTANT`` (years 2000..2200), and every duration at most ``MAX_EVERY`` (100 years):
@@ -79,7 +79,7 @@ JSON_SHAPES: dict[str, tuple[type, str]] = {
     "headers": (dict, "object"),
 }
 
-# --- the ranges (R21); the README's "Ranges" table lists these ---------------------------
+# --- the ranges (R21); docs/configuration.md's "Ranges" table lists these -------------
 
 #: an interval schedule's ``every``: a millisecond at least. Celery's beat runs any positive
 #: interval (``schedule=0.5`` fires twice a second, R25); the floor keeps an interval a
