@@ -58,12 +58,16 @@ class Dispatcher:
     #: the real args/kwargs of the code schedules whose rows cannot hold them (R25)
     live: dict[str, LiveValues] = field(default_factory=dict)
 
-    def dispatch(self, claims: list[Claim]) -> Outcome:
+    def dispatch(self, claims: list[Claim], first_alone: bool = False) -> Outcome:
         """Send ``claims`` in groups of ``PUBLISH_GROUP``. After an outage nothing more is
-        tried: the rest is unsent."""
+        tried: the rest is unsent. ``first_alone``: the first claim goes out on its own
+        before the others are built (a burst's first message waits for one send, not for
+        its whole group's)."""
         out = Outcome()
-        for start in range(0, len(claims), PUBLISH_GROUP):
-            group = claims[start : start + PUBLISH_GROUP]
+        head = 1 if first_alone and len(claims) > 1 else 0
+        groups = [claims[:head]] if head else []
+        groups += [claims[i : i + PUBLISH_GROUP] for i in range(head, len(claims), PUBLISH_GROUP)]
+        for group in groups:
             if out.outage is not None:
                 out.unsent += group
                 continue

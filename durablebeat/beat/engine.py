@@ -272,7 +272,8 @@ class Engine:
             self._fire_unclaimed(fires, now, exc)
             return 0.0
         if claims:
-            self._publish(fires, claims, now)
+            # The first batch of a burst, or of any tick: its first message leaves at once.
+            self._publish(fires, claims, now, first_alone=self._backlog_since is None)
         if len(rows) >= limit and (rows[-1].next_fire_at is None or rows[-1].next_fire_at <= now):
             # A full batch of due slots: there may be more behind it. (A full batch whose
             # last row is still to come is not a backlog: beat sleeps until its first.)
@@ -419,7 +420,13 @@ class Engine:
         published = self.try_publish(claim, now) is None
         return claim.task_id, now if published else None
 
-    def _publish(self, fires: Sequence[ToFire], claims: list[Claim], now: dt.datetime) -> None:
+    def _publish(
+        self,
+        fires: Sequence[ToFire],
+        claims: list[Claim],
+        now: dt.datetime,
+        first_alone: bool = False,
+    ) -> None:
         """Publish what was claimed, after commit (R3); one write confirms what went out. A
         message refused for its own content fails its slot only (R21); a broker outage
         keeps the unsent claims for retry (R5)."""
@@ -431,7 +438,7 @@ class Engine:
             self.memory.moved_on(
                 claim.schedule, by_id[claim.schedule_id or 0].fire.next_fire_at, now
             )
-        out = self.dispatcher.dispatch(claims)
+        out = self.dispatcher.dispatch(claims, first_alone)
         for claim in out.unsent:
             # Not sent (the broker is unreachable): keep it claimed and retry while it is
             # worth sending (``retries``) instead of dropping it.

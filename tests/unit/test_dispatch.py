@@ -101,6 +101,18 @@ def test_everything_goes_out_in_groups_one_round_trip_each() -> None:
     assert (out.refused, out.unsent, out.outage) == ([], [], None)
 
 
+@pytest.mark.parametrize(("n", "batches"), [(1, [1]), (2, [1, 1]), (205, [1, 200, 4])])
+def test_first_alone_sends_the_first_message_before_the_rest_is_built(
+    n: int, batches: list[int]
+) -> None:
+    """A burst's first message waits for one send, not for its group's (issue 22)."""
+    broker = FakeBroker()
+    claims = _claims(n)
+    out = _dispatcher(broker).dispatch(claims, first_alone=True)
+    assert broker.batches == batches
+    assert _names(out.sent) == _names(claims)
+
+
 def test_a_batch_whose_send_fails_for_the_broker_sends_nothing_and_keeps_all_for_retry() -> None:
     """R5: kombu cannot say which messages of a failed batch the broker took: none counts
     as sent, every claim is kept for retry, and the groups after it are not tried."""
