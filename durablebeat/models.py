@@ -383,9 +383,11 @@ class Run(models.Model):
     detail = models.CharField(max_length=300, blank=True, help_text="Skip or miss reason.")
     error = models.TextField(blank=True)
     #: why a failed run failed, by value (``check`` filters on it, R21); its detail says it
-    #: in words for the admin
-    failure = models.CharField(
-        max_length=16, choices=Failure.choices, blank=True, default="", editable=False
+    #: in words for the admin. Nullable: Django keeps no database default, and a beat or
+    #: worker of the previous release, still running while a deploy rolls, inserts runs
+    #: without this column (NULL there, "" from this release: neither is a failure).
+    failure = models.CharField(  # noqa: DJ001
+        max_length=16, choices=Failure.choices, blank=True, null=True, default="", editable=False
     )
 
     class Meta:

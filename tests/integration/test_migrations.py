@@ -57,5 +57,11 @@ def test_0012_marks_the_runs_already_refused_and_no_other():
         made["succeeded"]: "",
     }
     assert runs.get(pk=made["refused"]).detail == refused
+    # A beat of the previous release, still running while the deploy rolls, inserts runs
+    # without the new column: the database takes them (Django keeps no column default).
+    late = old.get_model("durablebeat", "Run").objects.create(
+        schedule_id=schedule.pk, slot=now + dt.timedelta(minutes=1), claimed_at=now
+    )
+    assert runs.get(pk=late.pk).failure is None
     executor = MigrationExecutor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
