@@ -36,8 +36,8 @@ logger = logging.getLogger("durablebeat")
 SAMPLES = 3
 #: seconds after which a lazy ``refresh`` measures again (a reading or a failed try)
 REFRESH_AFTER = 60.0
-#: a wall clock that moved this many seconds more (or less) than the monotonic clock
-#: between two looks has jumped: beat measures again at once (``watch_jumps``)
+#: a wall clock that moved this many seconds more (or less) than ``elapsed`` between two
+#: looks has jumped: beat measures again at once (``watch_jumps``)
 JUMP = 1.0
 #: seconds on a clock that never steps and, unlike ``time.monotonic`` on Linux, goes on
 #: counting while the host is suspended: a laptop or VM resumed after ten minutes has a wall

@@ -82,7 +82,10 @@ side() {
     renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true  # what it starts inherits it
     export DURABLEBEAT_TEST_SUFFIX=_side DURABLEBEAT_TEST_REDIS_DB=13
     DURABLEBEAT_TEST_DB=sqlite run "$PY" tests/integration -m "not postgres_only" "$@"
-    [ "${DURABLEBEAT_MATRIX:-1}" = "0" ] && exit $status
+    if [ "${DURABLEBEAT_MATRIX:-1}" = "0" ]; then
+        echo "side runs: $((SECONDS - side_start)) s"
+        exit $status
+    fi
     # Every Python (3.11 above), Django (5.2 above) and database at least once.
     if cell py312-django6-mariadb 3.12 "~=6.0"; then
         DURABLEBEAT_TEST_DB=mariadb run "$CELL_PY" tests/unit tests/integration \
@@ -95,12 +98,14 @@ side() {
         cell_done py313-django6
     fi
     # Django 4.2 on PostgreSQL: on SQLite it has no IMMEDIATE transactions (Django 5.1+),
-    # so two beats at once there meet "database is locked" (docs/configuration.md: Supported versions).
+    # so two beats at once there meet "database is locked" (docs/configuration.md,
+    # "Supported versions").
     if cell py312-django42-postgres 3.12 "~=4.2.0"; then
         DURABLEBEAT_TEST_DB=postgres run "$CELL_PY" tests/unit tests/integration
         cell_done py312-django42-postgres
     fi
     printf 'matrix cell time: %s\n' "${timings[@]}"
+    echo "side runs: $((SECONDS - side_start)) s"  # the subshell's SECONDS goes on from here
     exit $status
 }
 side_start=$SECONDS
@@ -116,7 +121,6 @@ wait "$side_pid" || status=1
 trap - EXIT
 echo "=== the side runs (SQLite, matrix cells' unit and integration tests), as they printed"
 cat test-output/side.log
-echo "side runs: $((SECONDS - side_start)) s"
 
 if [ "${DURABLEBEAT_MATRIX:-1}" != "0" ] && [ -x .venv-py312-django6-mariadb/bin/python ]; then
     # The end-to-end restart and outage tests once on MariaDB with RabbitMQ as the broker.
