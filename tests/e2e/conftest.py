@@ -23,6 +23,10 @@ else:
 
 #: where the processes started by a test find the test database pytest-django made
 SCHEMES = {"postgresql": "postgres", "mysql": "mysql"}
+#: the cluster of the test running, for its failure report
+CLUSTER = pytest.StashKey[Cluster]()
+#: lines of each process's log a failed test's report shows (CI keeps no test-output/)
+LOG_TAIL = 80
 
 
 def _database_url() -> str:
@@ -75,8 +79,24 @@ def cluster(request: pytest.FixtureRequest, transactional_db: None) -> Iterator[
         request.getfixturevalue("_amqp_vhost")
     _empty_broker()
     c = Cluster(_database_url(), BROKER, request.node.name.replace("[", "-").rstrip("]"))
+    request.node.stash[CLUSTER] = c
     try:
         yield c
     finally:
         c.stop_all()
         connection.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[pytest.TestReport]:
+    """A failed e2e test's report carries the end of each process's log: the only trace
+    of what beat and the workers did that reaches a CI run's output."""
+    report: pytest.TestReport = yield
+    cluster = item.stash.get(CLUSTER, None)
+    if report.when == "call" and report.failed and cluster is not None:
+        for proc in cluster.procs:
+            lines = proc.log().splitlines()[-LOG_TAIL:]
+            report.sections.append((f"{proc.name}: last {len(lines)} lines", "\n".join(lines)))
+    return report
