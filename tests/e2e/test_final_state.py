@@ -115,8 +115,9 @@ def test_database_cut_under_beat_and_worker_every_run_ends_final(
             30,
             what="the runs of the cut recorded",
         )
-        executed = notes.task_ids()
-        assert _all_succeeded(executed), _states(executed)
+        # what ran (the cut's fires and those since the return) ends succeeded; the last
+        # ones' news may be a moment behind their note
+        wait_until(lambda: _all_succeeded(notes.task_ids()), 30, what="what ran, succeeded")
         if track_started:
             failed = cut_runs.filter(state=RunState.FAILED)
             assert failed.exists() and all("outside the task body" in r.error for r in failed)

@@ -25,6 +25,8 @@ from .proxy import Proxy
 pytestmark = [pytest.mark.e2e]
 
 RECORD = "tests.e2eapp.tasks.record"
+#: how far a slot may lie past the instant it was decided at: the tick that wrote it
+ONE_TICK = dt.timedelta(seconds=2)
 
 
 def _booted(proc, n: int = 1) -> bool:
@@ -47,12 +49,15 @@ def test_restart_storm_faster_than_the_period_neither_starves_nor_doubles(cluste
     }
     worker = cluster.worker()
     wait_until(lambda: "ready" in worker.log(), 60, what="worker ready")
-    first_boot = timezone.now()
     beat = cluster.beat()
     wait_until(lambda: _booted(beat), 30, what="first beat boot")
     storm_end = time.monotonic() + 120
     beats = [beat]
     while time.monotonic() < storm_end:
+        # Each beat reaches the database before it is stopped (a loaded machine may take
+        # seconds to import Django; a beat stopped before that tests nothing of beat's, and
+        # SIGTERM before Celery installs its handler is not a clean stop).
+        wait_until(lambda beat=beat: _booted(beat), 30, what="beat boot")
         time.sleep(8)  # the storm's cadence is the input of this test, not a wait
         if sig == signal.SIGTERM:
             assert beat.terminate() == 0
@@ -61,21 +66,23 @@ def test_restart_storm_faster_than_the_period_neither_starves_nor_doubles(cluste
         beat = cluster.beat()
         beats.append(beat)
     wait_until(lambda: _booted(beat), 30, what="last beat boot")
+    # The first boot as beat recorded it: its tick's instant, the one its first slot is
+    # counted from (not this process's clock before the process started).
+    first_boot = Boot.objects.order_by("started_at").values_list("started_at", flat=True)[0]
     storm_seconds = (timezone.now() - first_boot).total_seconds()
 
     runs = list(Run.objects.filter(schedule__name="every20").order_by("slot"))
     slots = [r.slot for r in runs]
     # After the grace it fires on its grid: one slot every 20 s, none skipped, none twice.
-    assert dt.timedelta(0) <= slots[0] - first_boot <= dt.timedelta(seconds=3 + 5)
+    assert dt.timedelta(0) <= slots[0] - first_boot - dt.timedelta(seconds=3) <= ONE_TICK
     assert all(b - a == dt.timedelta(seconds=20) for a, b in itertools.pairwise(slots))
     assert len(slots) >= int((storm_seconds - 8) // 20)
     wait_until(lambda: sum(_executions("every20").values()) >= len(slots), 30, what="executions")
     executed = _executions("every20")
     assert set(executed.values()) == {1}, f"a slot ran twice: {executed}"
-    assert len(executed) == len(slots)
-    # Every beat that reached the database left its boot; one killed while still importing
-    # Django (a slow start on a loaded machine) never got there, and fired nothing.
-    assert Boot.objects.count() == sum(_booted(b) for b in beats)
+    # every run read above ran; the last beat, still up, may have fired one more since
+    assert len(slots) <= len(executed) <= Run.objects.filter(schedule__name="every20").count()
+    assert Boot.objects.count() == len(beats)
     _assert_no_crash(beats)
 
 

@@ -63,8 +63,9 @@ def test_two_beats_boot_every_schedule_kind_and_fire_each_slot_once(cluster: Clu
     elapsed = time.monotonic() - started
 
     custom = _slots("custom-every-3s")
-    # each slot is the instant the object named (its clock and beat's are read a few ms apart)
-    assert all(abs(s.timestamp() - round(s.timestamp() / 3) * 3) < 0.25 for s in custom), custom
+    # each slot is the instant the object named: its clock and beat's are read some ms apart
+    # (more, when the tick stalls on a loaded machine), never a grid step apart
+    assert all(abs(s.timestamp() - round(s.timestamp() / 3) * 3) < 1.0 for s in custom), custom
     assert len({round(s.timestamp() / 3) for s in custom}) == len(custom), "two fires, one slot"
     assert len(custom) <= elapsed / 3 + 3, "fired more often than its slots"
     wait_until(
