@@ -1,8 +1,8 @@
 """R21: a run whose message the broker client refused says so by value, in ``failure``
 (``check`` filtered on the first words of its detail). Additive: a nullable column (a beat
 or worker of the previous release, running while the deploy rolls, inserts runs without it;
-Django keeps no database default), and a data migration that marks the refused runs already in the ledger from their detail,
-which keeps its text (the admin shows it)."""
+Django keeps no database default), and a data migration that marks the refused runs
+already in the ledger from their detail, which keeps its text (the admin shows it)."""
 
 from typing import Any
 
