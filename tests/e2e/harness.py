@@ -62,6 +62,10 @@ class Proc:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def booted(self) -> bool:
+        """A beat that reached its database (the line ``Engine`` logs at each boot)."""
+        return "database reachable" in self.log()
+
     def signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, sig)

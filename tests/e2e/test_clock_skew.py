@@ -39,10 +39,6 @@ LATE = dt.timedelta(seconds=8)
 SLOW_BODY = 25
 
 
-def _booted(proc) -> bool:
-    return "database reachable" in proc.log()
-
-
 def _slot(execution: Execution) -> dt.datetime:
     return dt.datetime.fromisoformat(execution.slot)
 
@@ -103,7 +99,7 @@ def test_beats_and_a_worker_with_clocks_off_fire_on_time_once_and_never_overlap(
     worker = cluster.worker(concurrency=4, clock_offset=BEHIND)
     wait_until(lambda: "ready" in worker.log(), 60, what="worker ready")
     right, fast = cluster.beat(), cluster.beat(clock_offset=AHEAD)
-    wait_until(lambda: _booted(right) and _booted(fast), 60, what="both beats up")
+    wait_until(lambda: right.booted() and fast.booted(), 60, what="both beats up")
     # Two whole crontab minutes with both beats up (on the true clock: the test's own).
     up = clock.now()
     second_minute = (up + dt.timedelta(minutes=2)).replace(second=0, microsecond=0)

@@ -37,10 +37,6 @@ def _check(cluster: Cluster) -> tuple[int, list[dict[str, Any]]]:
     return done.returncode, json.loads(done.stdout)
 
 
-def _booted(proc: Proc) -> bool:
-    return "database reachable" in proc.log()
-
-
 def _succeeded_since(pk: int) -> int:
     return Run.objects.filter(schedule__name="every5", state=RunState.SUCCEEDED, pk__gt=pk).count()
 
@@ -51,7 +47,7 @@ def _last_run() -> int:
 
 def _up(cluster: Cluster) -> Proc:
     beat = cluster.beat()
-    wait_until(lambda: _booted(beat), 60, what="beat boot")
+    wait_until(lambda: beat.booted(), 60, what="beat boot")
     return beat
 
 

@@ -26,10 +26,6 @@ pytestmark = [pytest.mark.e2e]
 RECORD = "tests.e2eapp.tasks.record"
 
 
-def _booted(proc, n: int = 1) -> bool:
-    return proc.log().count("database reachable") >= n
-
-
 def _executed(schedule: str) -> Counter[str]:
     return Counter(Execution.objects.filter(schedule=schedule).values_list("slot", flat=True))
 
@@ -50,7 +46,7 @@ def test_stop_straddling_a_cron_slot_catches_up_delivery_and_counts_housekeeping
     worker = cluster.worker()
     wait_until(lambda: "ready" in worker.log(), 60, what="worker ready")
     beat = cluster.beat()
-    wait_until(lambda: _booted(beat), 30)
+    wait_until(lambda: beat.booted(), 30)
     # Stop just before a slot (a window: a boot late in a minute must not stop it on the
     # slot itself), start again 20 s after it.
     wait_until(lambda: 52 <= timezone.now().second <= 54, 70, interval=0.1, what="before a slot")
@@ -61,7 +57,7 @@ def test_stop_straddling_a_cron_slot_catches_up_delivery_and_counts_housekeeping
     assert slot == Schedule.objects.get(name="sync").next_fire_at
     wait_until(lambda: timezone.now() >= slot + dt.timedelta(seconds=20), 90, interval=0.2)
     beat = cluster.beat()
-    wait_until(lambda: _booted(beat), 30)
+    wait_until(lambda: beat.booted(), 30)
     run = wait_until(
         lambda: Run.objects.filter(schedule__name="digest", slot=slot).first(),
         60,
@@ -91,7 +87,7 @@ def test_delivery_slot_an_hour_old_is_not_caught_up_but_counted(cluster: Cluster
         next_fire_at=slot,
     )
     beat = cluster.beat()
-    wait_until(lambda: _booted(beat), 30)
+    wait_until(lambda: beat.booted(), 30)
     missed = wait_until(
         lambda: MissedSlots.objects.filter(schedule__name="daily-digest").first(), 20
     )
@@ -170,7 +166,7 @@ def test_broker_outage_delivery_slots_go_out_once_after_it_returns(cluster: Clus
     worker = cluster.worker()
     beat = cluster.beat()
     try:
-        wait_until(lambda: "ready" in worker.log() and _booted(beat), 60)
+        wait_until(lambda: "ready" in worker.log() and beat.booted(), 60)
         wait_until(lambda: sum(_executed("delivery").values()) >= 2, 30, what="fires before")
         redis.stop()
         outage_start = timezone.now()
@@ -217,7 +213,7 @@ def test_database_outage_while_beat_runs_fires_on_and_completes_the_ledger(clust
     beat_url = cluster.database_url.replace(f":{s.get('PORT') or 5432}/", f":{proxy.port}/")
     beat = cluster.beat(DATABASE_URL=beat_url)
     try:
-        wait_until(lambda: "ready" in worker.log() and _booted(beat), 60)
+        wait_until(lambda: "ready" in worker.log() and beat.booted(), 60)
         wait_until(lambda: sum(_executed("every3").values()) >= 2, 30, what="fires before")
         proxy.down()
         before = sum(_executed("every3").values())

@@ -29,10 +29,6 @@ RECORD = "tests.e2eapp.tasks.record"
 ONE_TICK = dt.timedelta(seconds=2)
 
 
-def _booted(proc, n: int = 1) -> bool:
-    return proc.log().count("database reachable") >= n
-
-
 def _executions(schedule: str) -> Counter[str]:
     return Counter(Execution.objects.filter(schedule=schedule).values_list("slot", flat=True))
 
@@ -50,14 +46,14 @@ def test_restart_storm_faster_than_the_period_neither_starves_nor_doubles(cluste
     worker = cluster.worker()
     wait_until(lambda: "ready" in worker.log(), 60, what="worker ready")
     beat = cluster.beat()
-    wait_until(lambda: _booted(beat), 30, what="first beat boot")
+    wait_until(lambda: beat.booted(), 30, what="first beat boot")
     storm_end = time.monotonic() + 120
     beats = [beat]
     while time.monotonic() < storm_end:
         # Each beat reaches the database before it is stopped (a loaded machine may take
         # seconds to import Django; a beat stopped before that tests nothing of beat's, and
         # SIGTERM before Celery installs its handler is not a clean stop).
-        wait_until(lambda beat=beat: _booted(beat), 30, what="beat boot")
+        wait_until(lambda beat=beat: beat.booted(), 30, what="beat boot")
         time.sleep(8)  # the storm's cadence is the input of this test, not a wait
         if sig == signal.SIGTERM:
             assert beat.terminate() == 0
@@ -65,7 +61,7 @@ def test_restart_storm_faster_than_the_period_neither_starves_nor_doubles(cluste
             beat.kill()
         beat = cluster.beat()
         beats.append(beat)
-    wait_until(lambda: _booted(beat), 30, what="last beat boot")
+    wait_until(lambda: beat.booted(), 30, what="last beat boot")
     # The first boot as beat recorded it: its tick's instant, the one its first slot is
     # counted from (not this process's clock before the process started).
     first_boot = Boot.objects.order_by("started_at").values_list("started_at", flat=True)[0]
@@ -94,7 +90,7 @@ def test_two_beats_at_once_never_fire_a_slot_twice(cluster: Cluster):
     worker = cluster.worker(concurrency=4)
     wait_until(lambda: "ready" in worker.log(), 60, what="worker ready")
     a, b = cluster.beat(), cluster.beat()
-    wait_until(lambda: _booted(a) and _booted(b), 30, what="both beats up")
+    wait_until(lambda: a.booted() and b.booted(), 30, what="both beats up")
     end = time.monotonic() + 120
     wait_until(lambda: time.monotonic() > end and a.alive and b.alive, 130, interval=1)
     assert a.alive and b.alive
@@ -123,7 +119,7 @@ def test_crontab_every_minute_fires_each_slot_once_across_restarts(cluster: Clus
     while time.monotonic() < end:
         beat = cluster.beat()
         beats.append(beat)
-        wait_until(lambda beat=beat: _booted(beat), 30)
+        wait_until(lambda beat=beat: beat.booted(), 30)
         since = timezone.now()
         time.sleep(25)  # the restart cadence is the input of this test
         up.append((since, timezone.now()))
@@ -171,7 +167,7 @@ def test_database_unreachable_at_boot_beat_still_fires_and_reconciles_later(clus
         assert beat.alive
         assert not Run.objects.exists()
         proxy.up()
-        wait_until(lambda: _booted(beat), 30, what="beat reconnects")
+        wait_until(lambda: beat.booted(), 30, what="beat reconnects")
         wait_until(lambda: Run.objects.filter(schedule__name="every3").count() >= 5, 30)
     finally:
         beat.terminate()

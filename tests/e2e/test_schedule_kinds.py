@@ -46,7 +46,7 @@ def test_two_beats_boot_every_schedule_kind_and_fire_each_slot_once(cluster: Clu
     wait_until(lambda: "ready" in worker.log(), 60, what="worker ready")
     a, b = cluster.beat(), cluster.beat()
     wait_until(
-        lambda: a.log().count("database reachable") and b.log().count("database reachable"),
+        lambda: a.booted() and b.booted(),
         30,
         what="both beats up",
     )
