@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--no-profile", action="store_true", help="the split alone, exact")
     parser.add_argument("--no-batch", action="store_true", help="one round trip per message")
+    parser.add_argument("--dump", metavar="FILE", help="also write the profile, for pstats")
     args = parser.parse_args()
     r = setup()
     from durablebeat.beat import publishing
@@ -79,6 +80,8 @@ def main() -> None:
     if not args.no_profile:
         stats: Any = pstats.Stats(profile)
         stats.sort_stats("cumulative").print_stats(args.top)
+        if args.dump:
+            stats.dump_stats(args.dump)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ month, ``Engine.tick`` driven in this process as beat drives it when a change wa
 Prints the CPU time and the database transactions (``pg_stat_database.xact_commit`` of
 the benchmark database, this process alone on it) per tick, what that makes per minute of
 a beat that sleeps a heartbeat between ticks, then the functions with the most cumulative
-time under cProfile. Uses the benchmark's database (``benchmarks/README.md``).
+time under cProfile (CPU time, not wall). Uses the benchmark's database (``benchmarks/README.md``).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def main() -> None:
         f"{commits / args.ticks / step.total_seconds():.3f}/s"
     )
     print(f"  sleep returned: min {min(sleeps):.1f} s, max {max(sleeps):.1f} s")
-    profile = cProfile.Profile()
+    profile = cProfile.Profile(time.process_time)  # CPU, not the waits on the database
     profile.enable()
     ticks(args.ticks)
     profile.disable()

@@ -333,6 +333,7 @@ class Engine:
             # scheduled instead of taking a startup grace or being counted as missed.
             late_after += now - self._backlog_since
         wake: dt.datetime | None = None
+        defaults = due_query.Defaults.now()
         for row in rows:
             try:
                 if row.next_fire_at is not None and row.next_fire_at > now:
@@ -348,7 +349,7 @@ class Engine:
                 # keeps the batch's transaction usable for the other rows
                 asking = transaction.atomic() if row.kind == Kind.CUSTOM else _NOTHING
                 with asking:
-                    due = due_from_row(row, self._customs.get(row.name))
+                    due = due_from_row(row, self._customs.get(row.name), defaults)
                     message = Message.for_row(row)
                     action = decide(due, now, late_after, due.id in self.caught_up)
                 _check_moves_on(action, now)

@@ -100,6 +100,8 @@ class OutageMemory:
     def refresh(self) -> None:
         """Keep the memory of code schedules close to the database, for an outage: a
         schedule disabled or set aside as bad there is not fired from memory either."""
+        if not self.plan:
+            return
         stored = Schedule.objects.filter(name__in=list(self.plan)).values_list(
             "name",
             "next_fire_at",

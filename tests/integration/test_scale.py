@@ -19,9 +19,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from durablebeat.beat import notify
+from durablebeat.beat.batch_claim import ids_in
 from durablebeat.beat.boots import register_boot
 from durablebeat.beat.claims import claim
-from durablebeat.beat.due import due_from_row, fetch_due
+from durablebeat.beat.due import DUE_FIELDS, due_from_row, fetch_due
 from durablebeat.beat.messages import Message, ToFire
 from durablebeat.core.policy import Fire, decide
 from durablebeat.models import Run, Schedule
@@ -409,3 +410,47 @@ def test_a_batch_the_broker_did_not_take_is_retried_not_dropped(broker, flushes)
     queued = _queued(broker)
     assert len(queued) == len(set(queued)) == n
     assert Run.objects.filter(state="published").count() == n
+
+
+def test_due_rows_are_the_rows_the_orm_reads(t0):
+    """fetch_due builds its instances without Model.__init__ (a burst reads a thousand a
+    batch): each loaded value is the ORM's, converted alike on every database (JSON,
+    booleans, instants, durations), and a column the due query leaves out loads on access."""
+    Schedule.objects.create(
+        name="full",
+        task="tests.e2eapp.tasks.record",
+        kind="interval",
+        every=dt.timedelta(minutes=5),
+        args=[1, {"a": [2, 3]}],
+        kwargs={"k": "é", "n": None},
+        headers={"h": 1},
+        catch_up=True,
+        catch_up_window=dt.timedelta(hours=2),
+        startup_grace=dt.timedelta(seconds=30),
+        priority=3,
+        next_fire_at=t0,
+    )
+    Schedule.objects.create(
+        name="new", task="tests.e2eapp.tasks.record", kind="interval", every=dt.timedelta(1)
+    )
+    rows = fetch_due(t0, 10)
+    assert [r.name for r in rows] == ["new", "full"]  # new rows first, then by next fire
+    due_fields = [f for f in DUE_FIELDS if f != "id"]
+    for row in rows:
+        orm = Schedule.objects.get(pk=row.pk)
+        assert {f: getattr(row, f) for f in due_fields} == {f: getattr(orm, f) for f in due_fields}
+        assert row.get_deferred_fields() and row.created_at == orm.created_at  # loads on access
+        assert row.to_spec() == orm.to_spec() and Message.for_row(row) == Message.for_row(orm)
+    assert fetch_due(t0 - dt.timedelta(days=1), 10)[0].name == "new"  # "full" is not due then
+
+
+def test_ids_in_matches_in_on_every_database():
+    """The id filter a batch uses (one array on PostgreSQL, IN elsewhere) selects exactly
+    the ids given, none for none."""
+    _many(5, dt.datetime(2030, 1, 1, tzinfo=dt.UTC))
+    ids = list(Schedule.objects.order_by("pk").values_list("pk", flat=True))
+    chosen = ids[1:4]
+    assert (
+        sorted(Schedule.objects.filter(ids_in("pk", chosen)).values_list("pk", flat=True)) == chosen
+    )
+    assert not Schedule.objects.filter(ids_in("pk", [])).exists()
