@@ -16,32 +16,30 @@ import socket
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass, field
-from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connection, transaction
 
 from .. import conf
 from ..core import clock, timing
-from ..core.policy import Defer, Fire, Miss, decide
-from ..enums import Kind, Reason
+from ..enums import Reason
 from . import boots, dberrors, dispatch, notify, publishing
 from . import due as due_query
-from .claims import apply_defer, apply_miss, claim_or_split, mark_published
+from .claims import claim_or_split, mark_published
 from .codesync import CodeEntry
 from .codesync import sync as sync_code
-from .due import describe_row_error, due_from_row, is_row_error
+from .due import describe_row_error, is_row_error
 from .hooks import default_hooks
 from .loop import Hook, Refused
 from .messages import Claim, Message, ToFire
-from .outage import OutageFire, OutageMemory
+from .outage import OutageMemory
 from .retries import Retries, give_up_at
+from .triage import Triage
 
 logger = logging.getLogger("durablebeat")
 
 #: the first batch of a burst (then ``DURABLEBEAT_BATCH_SIZE``): its slots wait for one
 #: small claim instead of a thousand
 FIRST_BATCH = 10
-_NOTHING = contextlib.nullcontext()
 #: the shortest sleep ``tick`` returns when it fired nothing (R21): a row that cannot be
 #: moved on, or a setting of zero, never turns the loop into a busy one
 MIN_SLEEP = 0.1
@@ -49,20 +47,6 @@ MIN_SLEEP = 0.1
 #: ``schedule=0.5`` twice a second) wakes for each of its own slots (R25); a wake that is
 #: not ahead sleeps ``MIN_SLEEP`` (R21)
 MIN_WAKE = 0.001
-
-
-@dataclass(frozen=True, kw_only=True)
-class Decided:
-    """What ``Engine._decide`` makes of a batch of due rows (defers and misses are written
-    as they are decided)."""
-
-    #: the slots to claim and publish now, in the batch's order
-    fires: tuple[ToFire, ...]
-    #: the earliest next fire seen, to sleep until; None: nothing ahead in this batch
-    wake: dt.datetime | None
-    #: a database error (not about one row) that stopped the batch after ``fires`` were
-    #: decided: they still go out (R5, ``Engine._fire_unclaimed``), then it is raised
-    interrupted: DatabaseError | None = None
 
 
 @dataclass
@@ -89,20 +73,18 @@ class Engine:
 
     db_ok: bool = False
     booted: bool = False
-    caught_up: set[int] = field(default_factory=set)
     #: the code schedules and the fires sent while the database is down (R5)
     memory: OutageMemory = field(default_factory=OutageMemory)
     retries: Retries = field(default_factory=Retries)
     _last_db_try: dt.datetime | None = None
     _last_heartbeat: dt.datetime | None = None
     _db_failures: int = 0
-    _bad_logged: set[tuple[int, str]] = field(default_factory=set)
     #: since when every tick has found a full batch due (a burst larger than one batch)
     _backlog_since: dt.datetime | None = None
     #: database errors that will recur, logged and recorded for ``check`` (R23)
     _db_errors: dberrors.Reporter = field(default_factory=dberrors.Reporter)
-    #: the custom schedule objects of this beat's code, by schedule name (R25)
-    _customs: dict[str, timing.Custom] = field(init=False, default_factory=dict)
+    #: decides each batch of due rows; sets bad rows aside (R21)
+    triage: Triage = field(init=False)
     #: what puts claims on the broker (R3, R5, R21, R25)
     dispatcher: dispatch.Dispatcher = field(init=False)
 
@@ -112,22 +94,10 @@ class Engine:
         publish_batch: dispatch.PublishBatch,
         broker_errors: tuple[type[BaseException], ...],
     ) -> None:
-        self._customs = {
-            e.name: e.spec for e in self.code_entries if isinstance(e.spec, timing.Custom)
-        }
+        customs = {e.name: e.spec for e in self.code_entries if isinstance(e.spec, timing.Custom)}
+        self.triage = Triage(self.boot_id, customs)
         live = {e.name: e.live for e in self.code_entries if e.live is not None}
         self.dispatcher = dispatch.Dispatcher(publish, publish_batch, broker_errors, live)
-
-    def _say_not_here(self, name: str) -> None:
-        key = (0, f"custom:{name}")
-        if key not in self._bad_logged:
-            self._bad_logged.add(key)
-            logger.warning(
-                "custom schedule %s is not in this beat's beat_schedule; a beat whose code "
-                "has it fires it",
-                name,
-                extra={"event": "custom_not_here", "schedule": name},
-            )
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -256,7 +226,7 @@ class Engine:
                 now = self._heartbeat(now)
                 horizon = now + dt.timedelta(seconds=idle)
                 rows = due_query.fetch_due(horizon, limit, lock=True)
-                decided = self._decide(rows, now)
+                decided = self.triage.decide(rows, now, self._late_after(now))
                 fires, wake = decided.fires, decided.wake
                 if decided.interrupted is not None:
                     raise decided.interrupted
@@ -317,65 +287,14 @@ class Engine:
                 extra={"event": "hook_failed", "boot": str(self.boot_id)},
             )
 
-    def _decide(self, rows: list[Any], now: dt.datetime) -> Decided:
-        """Sort the batch: what fires now, to be claimed; defers and misses are written at
-        once; and the earliest next fire seen, to sleep until.
-
-        R21: a row that raises anything while it is read, decided or moved on is set aside
-        as bad with its error; the rest of the batch goes on. Only a database error that is
-        not about the row stops it (R5): raised, or, once some slots were decided to fire,
-        returned with them as ``interrupted``."""
-        fires: list[ToFire] = []
+    def _late_after(self, now: dt.datetime) -> dt.timedelta:
         late_after = conf.settings.LATE_AFTER
         if self._backlog_since is not None:
             # A burst bigger than one batch: its last slots are late because this beat was
             # busy firing the first ones, not because no beat ran (R7, R8); they fire as
             # scheduled instead of taking a startup grace or being counted as missed.
             late_after += now - self._backlog_since
-        wake: dt.datetime | None = None
-        defaults = due_query.Defaults.now()
-        for row in rows:
-            try:
-                if row.next_fire_at is not None and row.next_fire_at > now:
-                    wake = row.next_fire_at if wake is None else min(wake, row.next_fire_at)
-                    continue
-                if row.kind == Kind.CUSTOM and row.name not in self._customs:
-                    # R25: its object lives in another version of the code (a rolling
-                    # deploy): left to a beat that has it, never set aside for it
-                    self._say_not_here(row.name)
-                    continue
-                # R25, R21: a custom object's is_due is the project's code; what it raises (a
-                # query of its own that fails too) is this row's error, in a savepoint that
-                # keeps the batch's transaction usable for the other rows
-                asking = transaction.atomic() if row.kind == Kind.CUSTOM else _NOTHING
-                with asking:
-                    due = due_from_row(row, self._customs.get(row.name), defaults)
-                    message = Message.for_row(row)
-                    action = decide(due, now, late_after, due.id in self.caught_up)
-                _check_moves_on(action, now)
-                if isinstance(action, Fire):
-                    fires.append(ToFire(due=due, fire=action, message=message))
-                    if (nxt := action.next_fire_at) is not None:
-                        # its next slot may come before MAX_INTERVAL (a sub-second interval,
-                        # R25): beat wakes for it as Celery's beat does
-                        wake = nxt if wake is None else min(wake, nxt)
-                    continue
-                with transaction.atomic():  # a savepoint: a refused write spoils no batch
-                    if isinstance(action, Defer):
-                        if apply_defer(due, action) and action.next_fire_at is not None:
-                            nxt = action.next_fire_at
-                            wake = nxt if wake is None else min(wake, nxt)
-                    else:
-                        apply_miss(due, action, self.boot_id, now)
-            except Exception as exc:
-                object_raised = row.kind == Kind.CUSTOM and not dberrors.is_unreachable(exc)
-                if is_row_error(exc) or object_raised:
-                    self.set_aside(row.pk, row.name, describe_row_error(exc))
-                    continue
-                if fires and isinstance(exc, DatabaseError):
-                    return Decided(fires=tuple(fires), wake=wake, interrupted=exc)
-                raise
-        return Decided(fires=tuple(fires), wake=wake)
+        return late_after
 
     def _fire_unclaimed(self, fires: Sequence[ToFire], now: dt.datetime, exc: Exception) -> None:
         """R5: the database failed at the claim: publish anyway, write the ledger later."""
@@ -385,17 +304,7 @@ class Engine:
             task_id, published_at = self._send_unrecorded(
                 due.id, due.name, fire.slot, fire.reason, f.message, now
             )
-            self.memory.remember(
-                OutageFire(
-                    schedule=due.name,
-                    slot=fire.slot,
-                    reason=fire.reason,
-                    task_id=task_id,
-                    published_at=published_at,
-                    next_fire_at=fire.next_fire_at,
-                ),
-            )
-            self.memory.moved_on(due.name, fire.next_fire_at, now)
+            self.memory.sent_unclaimed(f, task_id, published_at, now)
 
     def _send_unrecorded(
         self,
@@ -434,7 +343,7 @@ class Engine:
         by_id = {f.due.id: f for f in fires}
         for f in fires:
             if f.fire.reason == Reason.CATCH_UP:
-                self.caught_up.add(f.due.id)
+                self.triage.caught_up.add(f.due.id)
         for claim in claims:
             self.memory.moved_on(
                 claim.schedule, by_id[claim.schedule_id or 0].fire.next_fire_at, now
@@ -466,28 +375,8 @@ class Engine:
         return self.dispatcher.send_one(claim)
 
     def set_aside(self, schedule_id: int, name: str, why: str) -> None:
-        """R20, R21: set a row aside with its error, in a savepoint of its own."""
-        key = (schedule_id, why)
-        if key not in self._bad_logged:
-            self._bad_logged.add(key)
-            logger.error(
-                "schedule %s is invalid and is skipped (other schedules keep firing): %s",
-                name,
-                why,
-                extra={"event": "bad_schedule", "schedule": name},
-            )
-        try:
-            with transaction.atomic():
-                due_query.set_aside(schedule_id, why)
-        except Exception as exc:
-            if not is_row_error(exc):
-                raise
-            logger.exception(
-                "could not set schedule %s aside: %s",
-                name,
-                exc,
-                extra={"event": "bad_schedule", "schedule": name},
-            )
+        """R20, R21: set a row aside with its error (``Triage.set_aside``)."""
+        self.triage.set_aside(schedule_id, name, why)
 
     # --- without the database ----------------------------------------------------------
 
@@ -517,13 +406,3 @@ def sleep_until(wake: dt.datetime, now: dt.datetime, most: float) -> float:
     if ahead <= 0:
         return MIN_SLEEP
     return max(MIN_WAKE, min(max(most, MIN_SLEEP), ahead))
-
-
-def _check_moves_on(action: Fire | Defer | Miss, now: dt.datetime) -> None:
-    """R21: an action that would leave the row's next fire in the past would find it due
-    again at once, for ever: the row is bad, not the loop's to spin on."""
-    nxt = action.next_fire_at
-    if nxt is not None and nxt < now:
-        raise timing.InvalidSchedule(
-            "next_fire_at", f"cannot move on: its next fire would be {nxt.isoformat()}, past"
-        )

@@ -46,7 +46,7 @@ class Message:
 
 @dataclass(frozen=True, kw_only=True)
 class ToFire:
-    """One due row the policy said to fire now (``Engine._decide``): the schedule as read,
+    """One due row the policy said to fire now (``Triage.decide``): the schedule as read,
     the policy's answer, and the message its slot sends. What ``claims.claim`` claims."""
 
     due: Due

@@ -25,7 +25,7 @@ from ..models import (
 from .boots import incident
 from .codesync import CodeEntry
 from .due import describe_row_error, is_row_error
-from .messages import Message
+from .messages import Message, ToFire
 
 logger = logging.getLogger("durablebeat")
 
@@ -202,6 +202,24 @@ class OutageMemory:
                 next_fire_at=due.next_fire_at,
             )
         )
+
+    def sent_unclaimed(
+        self, sent: ToFire, task_id: str, published_at: dt.datetime | None, now: dt.datetime
+    ) -> None:
+        """A slot decided with the database whose claim could not be written (R5), sent at
+        ``published_at`` (None: not sent): kept for the ledger; its memory moves on."""
+        fire = sent.fire
+        self.remember(
+            OutageFire(
+                schedule=sent.due.name,
+                slot=fire.slot,
+                reason=fire.reason,
+                task_id=task_id,
+                published_at=published_at,
+                next_fire_at=fire.next_fire_at,
+            ),
+        )
+        self.moved_on(sent.due.name, fire.next_fire_at, now)
 
     def next_fire(self) -> dt.datetime | None:
         """The earliest next fire in memory, None when nothing is planned."""

@@ -118,18 +118,18 @@ def test_a_connection_cut_while_a_batch_is_decided_still_sends_the_slots_decided
     """R5: the database drops after a row of the batch was decided to fire: that slot goes
     out unclaimed and is kept for the ledger (written once the database is back), as when
     the claim itself fails; beat goes on from memory."""
-    from durablebeat.beat import engine as engine_module
+    from durablebeat.beat import triage
 
     make_schedule("first", every=60, next_fire_at=t0 - S)
     make_schedule("second", every=60, next_fire_at=t0)
-    real = engine_module.due_from_row
+    real = triage.due_from_row
 
     def cut_at_second(row, *args):
         if row.name == "second":
             _connection_cut()
         return real(row, *args)
 
-    monkeypatch.setattr(engine_module, "due_from_row", cut_at_second)
+    monkeypatch.setattr(triage, "due_from_row", cut_at_second)
     engine = make_engine()
     engine.tick(t0)
     assert [c.schedule for c in publisher.claims] == ["first"]

@@ -14,8 +14,7 @@ import math
 import pytest
 from django.db import DataError, OperationalError
 
-from durablebeat.beat import batch_claim, boots, claims, outage
-from durablebeat.beat import engine as engine_module
+from durablebeat.beat import batch_claim, boots, claims, outage, triage
 from durablebeat.beat.engine import MIN_SLEEP
 from durablebeat.core import policy, timing
 from durablebeat.enums import Failure, RunState
@@ -67,14 +66,14 @@ def test_a_row_that_raises_anything_while_decided_is_set_aside_and_the_batch_fir
     make_engine, make_schedule, publisher, t0, monkeypatch, exc
 ):
     _batch(make_schedule, t0)
-    real = engine_module.decide
+    real = triage.decide
 
     def decide(due, *args):
         if due.name == "bad":
             raise exc
         return real(due, *args)
 
-    monkeypatch.setattr(engine_module, "decide", decide)
+    monkeypatch.setattr(triage, "decide", decide)
     engine = make_engine()
     engine.tick(t0)
     _assert_set_aside_and_the_rest_fired(publisher, t0, type(exc).__name__)
@@ -375,7 +374,7 @@ def test_a_row_that_cannot_move_on_is_set_aside(
     """Whatever makes a decision leave a next fire in the past (here: an injected policy
     bug) sets the row aside instead of finding it due again on every tick."""
     _batch(make_schedule, t0)
-    real = engine_module.decide
+    real = triage.decide
 
     def decide(due, now, *args):
         action = real(due, now, *args)
@@ -383,7 +382,7 @@ def test_a_row_that_cannot_move_on_is_set_aside(
             return dataclasses.replace(action, next_fire_at=now - S)
         return action
 
-    monkeypatch.setattr(engine_module, "decide", decide)
+    monkeypatch.setattr(triage, "decide", decide)
     make_engine().tick(t0)
     _assert_set_aside_and_the_rest_fired(publisher, t0, "next_fire_at: cannot move on")
 
