@@ -10,7 +10,9 @@ neither answers, Celery sleeps as usual.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
+import time
 from typing import Any
 
 from celery.beat import Scheduler
@@ -27,6 +29,12 @@ from .core import clock
 
 logger = logging.getLogger("durablebeat")
 
+#: seconds before a planned wake that the adapter wakes: the tick runs as of the planned
+#: instant and has its first batch read and claimed when the instant comes; nothing is
+#: published before it (``_send`` holds). A burst's first message then waits for one
+#: send, not for the due query and the claim (R3 still: claimed, committed, then sent).
+LEAD = 0.05
+
 
 class DurableScheduler(Scheduler):  # type: ignore[misc]
     """A Celery beat scheduler whose next fire lives in the database (§1)."""
@@ -42,6 +50,10 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         #: nor close the connection the wait reads from (the driver's own clean-up then
         #: fails, and its error replaces the handler's SystemExit: beat never stopped)
         self._ticking = False
+        #: the planned instant of the next tick, when the last wait ended ``LEAD`` before it
+        self._ahead: dt.datetime | None = None
+        #: this tick runs ahead of the real clock: no message goes out before this instant
+        self._not_before: dt.datetime | None = None
         kwargs.pop("schedule_filename", None)
         super().__init__(app, *args, lazy=True, **kwargs)
         self.max_interval: float = min(float(self.max_interval), conf.settings.MAX_INTERVAL)
@@ -90,13 +102,19 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             self._ticking = False
 
     def _tick(self) -> float:
+        ahead = self._ahead
         try:
             # Asked before the tick, so that the tick may sleep longer when a change wakes it;
             # asks nobody (a listener's connect never holds the tick's due slots).
             engine = self._engine
             woken_on_change = engine is not None and engine.db_ok and self._listener.listening()
             dbclock.watch_jumps()  # R26: this host's clock stepped: measure again now
-            interval = self.engine.tick(clock.now(), woken_on_change)
+            now, self._ahead, offset = clock.now(), None, clock.offset()
+            if ahead is not None and now < ahead <= now + dt.timedelta(seconds=2 * LEAD):
+                now = self._not_before = ahead  # woken LEAD early: run as of the instant
+            interval = self.engine.tick(now, woken_on_change)
+            # R26: a tick that measured the clock again moved its now by what that changed
+            now += clock.offset() - offset
         except BadEntry:
             raise  # a code entry refused where it meets the table (a takeover): fail loudly
         except DatabaseUnusable:
@@ -107,12 +125,26 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             # Beat must never exit because of one bad tick (R5): log and look again soon.
             logger.exception("beat tick failed", extra={"event": "tick_failed"})
             return max(MIN_SLEEP, float(self.max_interval))  # never a busy loop (R21)
+        finally:
+            self._not_before = None
         if interval > 0 and self.engine.db_ok and self._listener.available():
-            self._listener.wait(interval)  # woken early by a schedule change (R6)
+            # The wake the tick planned, counted from the instant it ran as of (which may be
+            # ahead of the clock: the wait is what is left of it on the clock now)
+            planned = now + dt.timedelta(seconds=interval)
+            left = (planned - clock.now()).total_seconds()
+            lead = LEAD if left > 2 * LEAD else 0.0
+            if not self._listener.wait(left - lead) and lead:  # R6: a change wakes it
+                self._ahead = planned
             return 0.0
         return interval
 
     def _send(self, claim: Claim) -> None:
+        not_before = self._not_before
+        if not_before is not None:  # a tick run ahead: its first message waits for its instant
+            self._not_before = None
+            wait = (not_before - clock.now()).total_seconds()
+            if wait > 0:
+                time.sleep(min(wait, 2 * LEAD))
         publishing.send(self.app, claim, producer=self.producer)
 
     def _batch(self) -> contextlib.AbstractContextManager[Any]:

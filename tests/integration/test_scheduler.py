@@ -182,3 +182,65 @@ def test_sigterm_part_way_through_a_tick_writes_nothing_until_the_tick_unwinds(m
         scheduler.tick()
     scheduler.close()  # Service.start's finally
     assert len(stops) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("host_ahead", [0, 89], ids=["one clock", "host 89 s ahead"])
+def test_a_tick_woken_ahead_of_a_slot_claims_it_before_and_sends_it_at_the_slot(
+    monkeypatch, host_ahead
+):
+    """The adapter wakes LEAD before a planned wake and runs that tick as of the planned
+    instant, so the slot is read and claimed when it comes; its message is held until then
+    (R3: claimed, then sent; R26: nothing goes out early). The planned instant is on the
+    clock as the boot measured it: a host 89 s ahead plans on the database's clock, not 89
+    s ahead of it (which made every slot look late, seen in the e2e clock-skew test), and a
+    planned instant further ahead than the lead is not run ahead of at all."""
+    import datetime as dt
+    import time
+
+    from durablebeat import dbclock
+    from durablebeat.beat import publishing
+    from durablebeat.core import clock
+    from durablebeat.models import MissedSlots, Run, Schedule
+
+    step = dt.timedelta(seconds=-host_ahead)
+    if host_ahead:
+
+        def sync(*args, **kwargs):
+            clock.set_offset(step)  # measured: this host is ahead of the database
+            return step.total_seconds()
+
+        monkeypatch.setattr(dbclock, "sync", sync)
+    sent: list[tuple[str, dt.datetime]] = []
+    monkeypatch.setattr(
+        publishing,
+        "send",
+        lambda app, claim, producer=None: sent.append((claim.schedule, clock.now())),
+    )
+    slot = clock.now() + step + dt.timedelta(seconds=1.5)  # on the database's clock
+    Schedule.objects.create(
+        name="ahead",
+        task="tests.e2eapp.tasks.record",
+        kind="interval",
+        every=dt.timedelta(hours=1),
+        next_fire_at=slot,
+    )
+    scheduler = DurableScheduler(app)
+    ticks: list[tuple[dt.datetime, dt.datetime]] = []
+    real_tick = scheduler.engine.tick
+
+    def tick(now, *args):
+        ticks.append((now, clock.now()))
+        return real_tick(now, *args)
+
+    monkeypatch.setattr(scheduler.engine, "tick", tick)
+    deadline = time.monotonic() + 10
+    while not any(name == "ahead" for name, _ in sent) and time.monotonic() < deadline:
+        scheduler.tick()
+    scheduler.close()
+    firing = [began for as_of, began in ticks if as_of == slot]
+    assert firing and firing[0] < slot, ticks  # a tick ran as of the slot, ahead of it
+    assert next(at for name, at in sent if name == "ahead") >= slot  # its message waited
+    run = Run.objects.get(schedule__name="ahead")
+    assert (run.slot, run.reason, run.state) == (slot, "scheduled", "published")
+    assert not MissedSlots.objects.exists()
