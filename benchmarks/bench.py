@@ -335,7 +335,7 @@ def measure_pickup(r: Any, name: str, max_interval: float) -> float:
     return (seen or float("nan")) - start
 
 
-def measure_burst(r: Any, n: int, lead: float) -> dict[str, float]:
+def measure_burst(r: Any, n: int, lead: float) -> dict[str, Any]:
     """All N schedules due in the same second: broker rate, lateness, duplicates, losses."""
     from durablebeat.models import Run, Schedule
 
@@ -357,10 +357,12 @@ def measure_burst(r: Any, n: int, lead: float) -> dict[str, float]:
         time.sleep(0.005)
     time.sleep(0.5)  # anything beyond N would be a duplicate: give it a moment to show
     slots: dict[tuple[str, str], int] = {}
+    by_boot: dict[str, int] = {}  # which beat sent it: each beat's share of the burst
     for raw in r.lrange(QUEUE, 0, -1):
         headers = json.loads(raw)["headers"]
         key = (headers["durablebeat_schedule"], headers["durablebeat_slot"])
         slots[key] = slots.get(key, 0) + 1
+        by_boot[headers["durablebeat_boot"]] = by_boot.get(headers["durablebeat_boot"], 0) + 1
     t_due = due.timestamp()
     result = {
         "rate": n / (last - t_due) if last else float("nan"),
@@ -370,6 +372,7 @@ def measure_burst(r: Any, n: int, lead: float) -> dict[str, float]:
         "duplicates": float(sum(c - 1 for c in slots.values())),
         "lost": float(n - len(slots)),
         "runs": float(Run.objects.count()),
+        "shares": sorted(by_boot.values(), reverse=True),
     }
     reset()
     r.flushdb()
@@ -456,6 +459,8 @@ def bench_many(
     row(f"{k} beats: lateness of last (s)", [b["late_last"] for b in bursts])
     row(f"{k} beats: duplicate slots", [b["duplicates"] for b in bursts])
     row(f"{k} beats: lost slots", [b["lost"] for b in bursts])
+    shares = ["/".join(f"{c:,}" for c in b["shares"]) for b in bursts]
+    print(f"  {f'{k} beats: messages each beat sent':<38} {'; '.join(shares)}", flush=True)
 
 
 def main() -> None:
