@@ -30,9 +30,10 @@ from .core import clock
 logger = logging.getLogger("durablebeat")
 
 #: seconds before a planned wake that the adapter wakes: the tick runs as of the planned
-#: instant and has its first batch read and claimed when the instant comes; nothing is
-#: published before it (``_send`` holds). A burst's first message then waits for one
-#: send, not for the due query and the claim (R3 still: claimed, committed, then sent).
+#: instant and has its first batch read and claimed when the instant comes; the claim
+#: commits, and anything is published, only once the instant is there (``_hold``). A
+#: burst's first message then waits for a commit and one send, not for the due query and
+#: the claim.
 LEAD = 0.05
 
 
@@ -82,6 +83,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             publish_batch=self._batch,
             broker_errors=publishing.broker_errors(self.connection),
             sync_clock=dbclock.sync,  # R26: measured at boot and with each heartbeat
+            hold=self._hold,  # a tick run ahead commits its claims at its instant
         )
 
     def _app_now(self) -> Any:
@@ -138,13 +140,19 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             return 0.0
         return interval
 
-    def _send(self, claim: Claim) -> None:
-        not_before = self._not_before
-        if not_before is not None:  # a tick run ahead: its first message waits for its instant
-            self._not_before = None
+    def _hold(self) -> None:
+        """A tick run ahead of the clock waits here, once, for its instant: before its
+        claims commit (the engine calls it), or before its first send where nothing was
+        claimed (a slot fired from memory while the database is down). Nothing goes out
+        early (R26)."""
+        not_before, self._not_before = self._not_before, None
+        if not_before is not None:
             wait = (not_before - clock.now()).total_seconds()
             if wait > 0:
                 time.sleep(min(wait, 2 * LEAD))
+
+    def _send(self, claim: Claim) -> None:
+        self._hold()
         publishing.send(self.app, claim, producer=self.producer)
 
     def _batch(self) -> contextlib.AbstractContextManager[Any]:

@@ -156,7 +156,8 @@ def claim(fires: Sequence[ToFire], boot_id: uuid.UUID, now: dt.datetime) -> list
     next fire and insert its run (or its skipped entry). The caller publishes after commit.
 
     The common case (a slot on its grid, not blocked by a run in flight) is set-based: the
-    rows are locked in id order, moved on by one ``UPDATE ... FROM (VALUES ...)`` whose
+    rows, locked by the due query (or here, in id order, where the server cannot skip
+    locked rows: ``batch_claim.lock_in_order``), are moved on by one statement whose
     ``WHERE next_fire_at = <as read>`` is the compare-and-set, and their runs inserted by one
     ``INSERT``; a batch costs a handful of statements whatever its size. The rest (skips,
     catch-ups with missed slots, one-offs) go one by one.

@@ -70,6 +70,11 @@ class Engine:
     #: returns it in seconds for the boot row; None (the default, for tests that drive
     #: ``tick`` with their own instants): no measurement, nothing recorded
     sync_clock: Callable[[], float | None] | None = None
+    #: the scheduler's: called once a batch is claimed, before the claim commits. A tick
+    #: the scheduler runs ahead of the clock (``schedulers.LEAD``) waits there for its
+    #: instant, so that a claim is never committed before its slot and its publish follows
+    #: the commit at once (R3: a beat stopped in between leaves the slot in doubt, R9)
+    hold: Callable[[], None] | None = None
 
     db_ok: bool = False
     booted: bool = False
@@ -235,6 +240,8 @@ class Engine:
                     claims = claimed.claims
                     for due, exc in claimed.refused:  # R21: set aside, the rest is claimed
                         self.set_aside(due.id, due.name, describe_row_error(exc))
+                    if claims and self.hold is not None:
+                        self.hold()
         except DatabaseError as exc:
             if not fires or dberrors.will_recur(exc):
                 raise

@@ -244,3 +244,29 @@ def test_a_tick_woken_ahead_of_a_slot_claims_it_before_and_sends_it_at_the_slot(
     run = Run.objects.get(schedule__name="ahead")
     assert (run.slot, run.reason, run.state) == (slot, "scheduled", "published")
     assert not MissedSlots.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tick_run_ahead_holds_between_its_claim_and_the_commit(
+    make_engine, make_schedule, publisher, t0
+):
+    """The adapter's hold (a tick run ahead waits for its instant) comes after the batch is
+    claimed and before the claim commits, never between the commit and the publish: a beat
+    stopped while it waits leaves no committed claim unsent (R3, R9)."""
+    from django.db import connection
+
+    from durablebeat.models import Run
+
+    make_schedule("due", every=60, next_fire_at=t0)
+    seen = []
+    engine = make_engine()
+    engine.hold = lambda: seen.append(
+        (
+            connection.in_atomic_block,
+            Run.objects.filter(schedule__name="due").count(),
+            len(publisher.claims),
+        )
+    )
+    engine.tick(t0)
+    assert seen == [(True, 1, 0)]  # in the claim's transaction, claimed, nothing sent yet
+    assert [c.schedule for c in publisher.claims] == ["due"]
