@@ -131,8 +131,9 @@ class Settings:
 
     @property
     def HEARTBEAT_INTERVAL(self) -> dt.timedelta:
-        """How often a beat boot refreshes its heartbeat row (R17)."""
-        return self._duration("HEARTBEAT_INTERVAL", 10, low_open=True, high=HOUR)
+        """How often a beat boot refreshes its heartbeat row and measures the clock (R17,
+        R26); an idle beat wakes for nothing else, so this sets what idle costs (R28)."""
+        return self._duration("HEARTBEAT_INTERVAL", 20, low_open=True, high=HOUR)
 
     @property
     def DB_RETRY_INTERVAL(self) -> dt.timedelta:

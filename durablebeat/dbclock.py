@@ -3,7 +3,8 @@
 The database is the one place every beat, worker, ``check`` and admin process sees, so its
 clock is the one clock: a reading is ``t0`` (this host), the server's clock, ``t1`` (this
 host); the offset is ``server - (t0 + t1) / 2`` (``core.clock.sample``), and of a few
-readings the one with the shortest round trip is kept. PostgreSQL is asked for
+readings the one with the shortest round trip is kept (one is enough when its round trip is
+within ``QUICK`` of the quickest seen). PostgreSQL is asked for
 ``clock_timestamp()`` (``now()`` is the transaction's start, not the clock), MariaDB and
 MySQL for ``UTC_TIMESTAMP(6)``; SQLite is one host: its offset is zero, with no query.
 
@@ -32,8 +33,11 @@ from .core import clock
 
 logger = logging.getLogger("durablebeat")
 
-#: readings per measurement; the one with the shortest round trip is kept
+#: readings per measurement at most; the one with the shortest round trip is kept
 SAMPLES = 3
+#: a reading whose round trip is within this of the quickest this process has seen is kept
+#: at once, without the others (a heartbeat's measurement is then one query, not three)
+QUICK = dt.timedelta(milliseconds=1)
 #: seconds after which a lazy ``refresh`` measures again (a reading or a failed try)
 REFRESH_AFTER = 60.0
 #: a wall clock that moved this many seconds more (or less) than ``elapsed`` between two
@@ -58,6 +62,7 @@ _last: clock.Sample | None = None
 _tried_at: float | None = None  # time.monotonic() of the last try, successful or not
 _looked: tuple[dt.datetime, float] | None = None  # watch_jumps: (local wall, elapsed())
 _failing = False  # the last reading failed (its warning is said once)
+_quickest: dt.timedelta | None = None  # the shortest round trip of any reading so far
 
 
 def _aware(value: Any) -> dt.datetime:
@@ -68,23 +73,30 @@ def _aware(value: Any) -> dt.datetime:
 
 
 def _read(using: str, samples: int) -> clock.Sample | None:
+    global _quickest
     conn = connections[using]
     query = QUERIES.get(conn.vendor)
     if query is None:
         return clock.Sample(clock.ZERO, clock.ZERO)
-    readings = []
+    readings: list[clock.Sample] = []
     # Inside a caller's transaction, a savepoint: a failed reading must not break it.
     guard = transaction.atomic(using=using) if conn.in_atomic_block else nullcontext()
     with guard, conn.cursor() as cursor:
-        for _ in range(max(1, samples)):
+        while len(readings) < max(1, samples):
             # The round trip on the monotonic clock: a wall clock slewed or stepped during
             # the reading must not read as a long (or negative) trip.
             sent, started = clock.local_now(), time.monotonic()
             cursor.execute(query)
             row = cursor.fetchone()
             received = sent + dt.timedelta(seconds=time.monotonic() - started)
-            readings.append(clock.sample(sent, _aware(row[0] if row else None), received))
-    return clock.best(readings)
+            reading = clock.sample(sent, _aware(row[0] if row else None), received)
+            readings.append(reading)
+            if _quickest is not None and clock.ZERO <= reading.round_trip <= _quickest + QUICK:
+                break  # as good as this host gets: no need for more
+    kept = clock.best(readings)
+    if kept is not None and (_quickest is None or kept.round_trip < _quickest):
+        _quickest = kept.round_trip
+    return kept
 
 
 def measure(using: str = DEFAULT_DB_ALIAS, samples: int = SAMPLES) -> clock.Sample | None:
@@ -169,7 +181,7 @@ def watch_jumps(using: str = DEFAULT_DB_ALIAS) -> bool:
 
 def forget() -> None:
     """Back to no measurement and a zero offset (tests; a process that starts over)."""
-    global _last, _tried_at, _looked, _failing
+    global _last, _tried_at, _looked, _failing, _quickest
     with _lock:
         clock.set_offset(clock.ZERO)
-        _last, _tried_at, _looked, _failing = None, None, None, False
+        _last, _tried_at, _looked, _failing, _quickest = None, None, None, False, None

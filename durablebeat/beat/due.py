@@ -135,13 +135,27 @@ def _instances(cur: Any) -> list[Schedule]:
     """The rows of the due query as ``Schedule`` instances with its columns loaded (the
     others deferred, read on access), as ``from_db`` builds them but without
     ``Model.__init__``'s walk over all the model's fields: a burst reads a thousand rows a
-    batch, and that walk was most of the due query's time. Each value goes through the
-    converters Django applies to its field."""
+    batch, and that walk was most of the due query's time."""
+    names, fetched = converted(cur)
+    db, new, rows = connection.alias, Schedule.__new__, []
+    for values in fetched:
+        row = new(Schedule)
+        row.__dict__.update(zip(names, values, strict=True))
+        row._state = ModelState()
+        row._state.adding, row._state.db = False, db
+        rows.append(row)
+    return rows
+
+
+def converted(cur: Any) -> tuple[list[str], list[list[Any]]]:
+    """What ``cur`` fetched from the schedule table, each value through the converters
+    Django applies to its field (``values_list`` without compiling a query), and the
+    attribute name of each column."""
     fetched = cur.fetchall()
     if not fetched:
-        return []
+        return [], []
     names, converting = _conversions(tuple(d[0] for d in cur.description))
-    db, new, rows = connection.alias, Schedule.__new__, []
+    rows = []
     for values in fetched:
         values = list(values)
         for i, converters, col in converting:
@@ -149,12 +163,8 @@ def _instances(cur: Any) -> list[Schedule]:
             for convert in converters:
                 value = convert(value, col, connection)
             values[i] = value
-        row = new(Schedule)
-        row.__dict__.update(zip(names, values, strict=True))
-        row._state = ModelState()
-        row._state.adding, row._state.db = False, db
-        rows.append(row)
-    return rows
+        rows.append(values)
+    return names, rows
 
 
 _BY_COLUMN = {f.column: f for f in Schedule._meta.concrete_fields}

@@ -11,8 +11,9 @@ import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from .. import conf
 from ..core import policy, timing
@@ -24,7 +25,7 @@ from ..models import (
 )
 from .boots import incident
 from .codesync import CodeEntry
-from .due import describe_row_error, is_row_error
+from .due import converted, describe_row_error, is_row_error
 from .messages import Message, ToFire
 
 logger = logging.getLogger("durablebeat")
@@ -35,6 +36,16 @@ MEMORY_MIN_GAP = dt.timedelta(seconds=1)
 #: fires from memory kept for the ledger while the database is down (R5, R21): beyond this
 #: the oldest are dropped (they went out; only their record is lost), logged
 MAX_OUTAGE_FIRES = 20_000
+#: what ``OutageMemory.refresh`` reads of each code schedule
+_REFRESHED = (
+    "name",
+    "next_fire_at",
+    "next_fire_reason",
+    "enabled",
+    "error",
+    "last_fired_at",
+    "created_at",
+)
 #: how often a dropping outage memory says so in the log
 DROP_LOG_EVERY = dt.timedelta(seconds=60)
 
@@ -89,6 +100,8 @@ class OutageMemory:
     #: slots and fire records dropped since the log last said so, and when it said so
     _dropped: int = 0
     _drop_logged_at: dt.datetime | None = None
+    #: ``refresh``'s query for the plan's names, compiled once (SQL, parameters)
+    _stored: tuple[tuple[str, ...], str, tuple[Any, ...]] | None = None
 
     # --- while the database answers ------------------------------------------------------
 
@@ -99,19 +112,19 @@ class OutageMemory:
 
     def refresh(self) -> None:
         """Keep the memory of code schedules close to the database, for an outage: a
-        schedule disabled or set aside as bad there is not fired from memory either."""
+        schedule disabled or set aside as bad there is not fired from memory either. With
+        every heartbeat: the query is compiled once for the plan's names."""
         if not self.plan:
             return
-        stored = Schedule.objects.filter(name__in=list(self.plan)).values_list(
-            "name",
-            "next_fire_at",
-            "next_fire_reason",
-            "enabled",
-            "error",
-            "last_fired_at",
-            "created_at",
-        )
-        for name, next_fire_at, reason, enabled, error, fired, created in stored:
+        names = tuple(self.plan)
+        if self._stored is None or self._stored[0] != names:
+            stored = Schedule.objects.filter(name__in=names).values_list(*_REFRESHED)
+            sql, params = stored.query.get_compiler(stored.db).as_sql()
+            self._stored = (names, sql, tuple(params))
+        with connection.cursor() as cur:
+            cur.execute(self._stored[1], self._stored[2])
+            _, rows = converted(cur)
+        for name, next_fire_at, reason, enabled, error, fired, created in rows:
             planned = self.plan[name]
             planned.next_fire_at = next_fire_at if enabled and not error else None
             planned.reason = reason

@@ -103,6 +103,28 @@ def test_refresh_measures_only_when_the_last_try_is_old(monkeypatch):
     assert len(tries) == 2
 
 
+@on_server
+def test_one_reading_is_enough_once_it_is_as_quick_as_the_quickest_seen():
+    """The first measurement takes SAMPLES readings; a later one stops at the first
+    reading within QUICK of the quickest round trip seen (a heartbeat: one query)."""
+    with CaptureQueriesContext(connection) as first:
+        assert dbclock.measure() is not None
+    with CaptureQueriesContext(connection) as later:
+        assert dbclock.measure() is not None
+    clock_reads = [dbclock.QUERIES[connection.vendor] in q["sql"] for q in first.captured_queries]
+    assert sum(clock_reads) == dbclock.SAMPLES
+    assert [q["sql"] for q in later.captured_queries] == [dbclock.QUERIES[connection.vendor]]
+
+
+@on_server
+def test_a_slow_reading_is_not_kept_alone(monkeypatch):
+    dbclock.measure()
+    monkeypatch.setattr(dbclock, "_quickest", -dbclock.QUICK * 2)  # nothing is that quick
+    with CaptureQueriesContext(connection) as queries:
+        assert dbclock.measure() is not None
+    assert len(queries) == dbclock.SAMPLES
+
+
 # --- beat ----------------------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ from django.db import connection
 from durablebeat.beat import boots, due
 from durablebeat.beat.codesync import BadEntry
 from durablebeat.enums import Reason, RunState
-from durablebeat.models import Run, Schedule
+from durablebeat.models import Boot, Run, Schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -228,6 +228,39 @@ def test_during_a_database_outage_disabled_and_bad_code_schedules_stay_silent(
         engine.tick(t0 + k * S)
     assert not engine.db_ok
     assert {c.schedule for c in publisher.claims} == {"on"}
+
+
+def test_the_outage_memory_reads_each_code_schedule_as_the_orm_does(make_engine, t0):
+    """R5: the memory refreshed with each heartbeat (its query compiled once, its values
+    converted as the ORM converts them) holds what the rows hold."""
+    engine = make_engine({name: EVERY_20["job"] for name in ("a", "b")})
+    engine.tick(t0)
+    Schedule.objects.filter(name="a").update(next_fire_at=t0 + 7 * S, last_fired_at=t0 - S)
+    Schedule.objects.filter(name="b").update(enabled=False)
+    engine.memory.refresh()
+    for row in Schedule.objects.all():
+        planned = engine.memory.plan[row.name]
+        expected = row.next_fire_at if row.enabled else None
+        assert (planned.next_fire_at, planned.reason) == (expected, row.next_fire_reason)
+        assert planned.last_run_at == (row.last_fired_at or row.created_at)
+    assert engine.memory.plan["a"].next_fire_at == t0 + 7 * S
+
+
+def test_a_heartbeat_writes_its_instant_and_offset_and_says_when_the_boot_is_gone(t0):
+    """R17, R26: the heartbeat's own UPDATE (SQL written once) stores what the ORM reads
+    back; an offset not measured leaves the last one; a boot row gone reads 0 (the engine
+    registers it again)."""
+    import uuid
+
+    boot = uuid.uuid4()
+    boots.register_boot(boot, "host", 1, t0, 0.25)
+    assert boots.heartbeat(boot, t0 + S, -1.5) == 1
+    row = Boot.objects.get(pk=boot)
+    assert (row.heartbeat_at, row.clock_offset_seconds) == (t0 + S, -1.5)
+    assert boots.heartbeat(boot, t0 + 2 * S) == 1
+    row = Boot.objects.get(pk=boot)
+    assert (row.heartbeat_at, row.clock_offset_seconds) == (t0 + 2 * S, -1.5)
+    assert boots.heartbeat(uuid.uuid4(), t0) == 0
 
 
 def test_a_boot_without_the_database_does_not_push_back_a_stored_next_fire(
