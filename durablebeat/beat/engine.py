@@ -17,22 +17,22 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass, field
 
-from django.db import DatabaseError, close_old_connections, connection, transaction
+from django.db import DatabaseError, transaction
 
 from .. import conf
 from ..core import clock, timing
 from ..enums import Reason
-from . import boots, dberrors, dispatch, notify, publishing
+from . import dberrors, dispatch, publishing
 from . import due as due_query
 from .claims import claim_or_split, mark_published
 from .codesync import CodeEntry
-from .codesync import sync as sync_code
 from .due import describe_row_error, is_row_error
 from .hooks import default_hooks
 from .loop import Hook, Refused
 from .messages import Claim, Message, ToFire
 from .outage import OutageMemory
 from .retries import Retries, give_up_at
+from .session import Session
 from .triage import Triage
 
 logger = logging.getLogger("durablebeat")
@@ -69,25 +69,20 @@ class Engine:
     #: R26: measures this host's offset to the database's clock (``dbclock.sync``) and
     #: returns it in seconds for the boot row; None (the default, for tests that drive
     #: ``tick`` with their own instants): no measurement, nothing recorded
-    sync_clock: Callable[[], float | None] | None = None
+    sync_clock: InitVar[Callable[[], float | None] | None] = None
     #: the scheduler's: called once a batch is claimed, before the claim commits. A tick
     #: the scheduler runs ahead of the clock (``schedulers.LEAD``) waits there for its
     #: instant, so that a claim is never committed before its slot and its publish follows
     #: the commit at once (R3: a beat stopped in between leaves the slot in doubt, R9)
     hold: Callable[[], None] | None = None
 
-    db_ok: bool = False
-    booted: bool = False
     #: the code schedules and the fires sent while the database is down (R5)
     memory: OutageMemory = field(default_factory=OutageMemory)
     retries: Retries = field(default_factory=Retries)
-    _last_db_try: dt.datetime | None = None
-    _last_heartbeat: dt.datetime | None = None
-    _db_failures: int = 0
     #: since when every tick has found a full batch due (a burst larger than one batch)
     _backlog_since: dt.datetime | None = None
-    #: database errors that will recur, logged and recorded for ``check`` (R23)
-    _db_errors: dberrors.Reporter = field(default_factory=dberrors.Reporter)
+    #: the boot, the reconnects and the heartbeat (R5, R17, R23, R26)
+    session: Session = field(init=False)
     #: decides each batch of due rows; sets bad rows aside (R21)
     triage: Triage = field(init=False)
     #: what puts claims on the broker (R3, R5, R21, R25)
@@ -98,11 +93,20 @@ class Engine:
         publish: dispatch.Publisher,
         publish_batch: dispatch.PublishBatch,
         broker_errors: tuple[type[BaseException], ...],
+        sync_clock: Callable[[], float | None] | None,
     ) -> None:
+        self.session = Session(
+            self.boot_id, self.hostname, self.pid, self.code_entries, self.memory, sync_clock
+        )
         customs = {e.name: e.spec for e in self.code_entries if isinstance(e.spec, timing.Custom)}
         self.triage = Triage(self.boot_id, customs)
         live = {e.name: e.live for e in self.code_entries if e.live is not None}
         self.dispatcher = dispatch.Dispatcher(publish, publish_batch, broker_errors, live)
+
+    @property
+    def db_ok(self) -> bool:
+        """The database answered the last tick (else beat fires from memory, R5)."""
+        return self.session.ok
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -113,98 +117,20 @@ class Engine:
         (LISTEN, the broker's wake-up), so with nothing due beat need not poll every
         ``MAX_INTERVAL``: it sleeps until the next due slot or its next heartbeat."""
         clock.check_aware(now, "now")
-        s = conf.settings
-        if not self.db_ok:
-            retry = self._last_db_try is None or now - self._last_db_try >= s.DB_RETRY_INTERVAL
-            if retry:
-                now = self._connect(now)
-        if self.db_ok:
+        session = self.session
+        if not session.ok and session.retry_due(now):
+            now = session.connect(now)
+        if session.ok:
             try:
                 return self._tick_db(now, woken_on_change)
             except DatabaseError as exc:
-                self._lost_db(now, exc)
+                session.lost(now, exc)
         return self._tick_memory(now)
 
     def close(self, now: dt.datetime) -> None:
-        if self.db_ok:
-            try:
-                boots.stop_boot(self.boot_id, now)
-            except DatabaseError:
-                logger.warning("could not record beat stop", exc_info=True)
+        self.session.close(now)
 
     # --- with the database -------------------------------------------------------------
-
-    def _connect(self, now: dt.datetime) -> dt.datetime:
-        """Boot or reconnect; ``now`` as measured on the database's clock (R26)."""
-        self._last_db_try = now
-        try:
-            close_old_connections()
-            connection.ensure_connection()
-            dberrors.refuse_unsupported()  # R23: a backend durablebeat cannot use stops the boot
-            notify.mark_beat_session()  # this beat's own writes wake no beat
-            now, offset = self._sync_clock(now)  # R26: before the first instant is written
-            boots.register_boot(self.boot_id, self.hostname, self.pid, now, offset)
-            sync_code(self.code_entries, now)
-            self.memory.write(self.boot_id, now)
-            due_query.probe_due(now)
-        except DatabaseError as exc:
-            connection.close()
-            if dberrors.will_recur(exc):  # R23: not an outage
-                if not self.booted:
-                    raise dberrors.DatabaseUnusable(exc) from exc
-                self._db_errors.report(exc, self.boot_id, now)
-            if self.memory.plan == {} and not self.booted:
-                self.memory.plan_from_code(self.code_entries, now)
-            self.db_ok = False
-            self._db_failures += 1
-            if self._db_failures == 1 or self._db_failures % 30 == 0:
-                logger.error(
-                    "database unreachable (%d tries), firing code-defined schedules from "
-                    "memory: %s",
-                    self._db_failures,
-                    exc,
-                    extra={"event": "db_unreachable", "boot": str(self.boot_id)},
-                )
-            return now
-        self._db_failures = 0
-        self.db_ok, self.booted, self._last_heartbeat = True, True, now
-        self.memory.plan_with_db(self.code_entries)
-        logger.info(
-            "beat boot %s on %s:%d: database reachable, %d code schedules synced",
-            self.boot_id,
-            self.hostname,
-            self.pid,
-            len(self.code_entries),
-            extra={"event": "boot", "boot": str(self.boot_id)},
-        )
-        return now
-
-    def _sync_clock(self, now: dt.datetime) -> tuple[dt.datetime, float | None]:
-        """Measure the offset to the database's clock; ``now`` moved by what it changed
-        (this tick's instant was read with the offset before) and the offset to record.
-        A measurement that fails keeps the last offset (R5) and never stops the tick."""
-        if self.sync_clock is None:
-            return now, None
-        before = clock.offset()
-        try:
-            recorded = self.sync_clock()
-        except Exception:
-            logger.warning("could not measure the clock offset", exc_info=True)
-            return now, None
-        return now + (clock.offset() - before), recorded
-
-    def _lost_db(self, now: dt.datetime, exc: Exception) -> None:
-        self.db_ok = False
-        self._last_db_try = now
-        if dberrors.will_recur(exc):  # R23: logged as such and reported by check, critical
-            self._db_errors.report(exc, self.boot_id, now)
-        with contextlib.suppress(DatabaseError):
-            connection.close()
-        logger.error(
-            "database error, firing code-defined schedules from memory until it answers: %s",
-            exc,
-            extra={"event": "db_lost", "boot": str(self.boot_id)},
-        )
 
     def _tick_db(self, now: dt.datetime, woken_on_change: bool) -> float:
         s = conf.settings
@@ -228,7 +154,7 @@ class Engine:
             # another beat takes the next batch), decided, and the whole batch claimed. The
             # heartbeat rides in it: an idle beat commits once per heartbeat, not five times.
             with transaction.atomic():
-                now = self._heartbeat(now)
+                now = self.session.heartbeat(now)
                 horizon = now + dt.timedelta(seconds=idle)
                 rows = due_query.fetch_due(horizon, limit, lock=True)
                 decided = self.triage.decide(rows, now, self._late_after(now))
@@ -266,19 +192,6 @@ class Engine:
             return max(MIN_SLEEP, idle)
         return sleep_until(wake, now, idle)
 
-    def _heartbeat(self, now: dt.datetime) -> dt.datetime:
-        """R17: the boot's heartbeat when it is due, with the clock's offset measured (R26:
-        with the heartbeat, no query per fire); ``now`` as that measurement moved it."""
-        last = self._last_heartbeat
-        if last is not None and now - last < conf.settings.HEARTBEAT_INTERVAL:
-            return now
-        now, offset = self._sync_clock(now)
-        if not boots.heartbeat(self.boot_id, now, offset):
-            boots.register_boot(self.boot_id, self.hostname, self.pid, now, offset)
-        self._last_heartbeat = now
-        self.memory.refresh()
-        return now
-
     def _run_hook(self, hook: Hook, now: dt.datetime) -> None:
         """A hook that fails for its own reasons is logged; firing goes on (R21). A database
         error that is not about one row's values is the database's: R5's path."""
@@ -305,7 +218,7 @@ class Engine:
 
     def _fire_unclaimed(self, fires: Sequence[ToFire], now: dt.datetime, exc: Exception) -> None:
         """R5: the database failed at the claim: publish anyway, write the ledger later."""
-        self._lost_db(now, exc)
+        self.session.lost(now, exc)
         for f in fires:
             due, fire = f.due, f.fire
             task_id, published_at = self._send_unrecorded(
@@ -389,7 +302,7 @@ class Engine:
 
     def _tick_memory(self, now: dt.datetime) -> float:
         """R5: fire the code schedules due in memory; the ledger is written when the
-        database is back (``_connect``)."""
+        database is back (``Session.connect``)."""
         for due in self.memory.due(now):
             task_id, published_at = self._send_unrecorded(
                 None, due.name, due.slot, due.reason, due.message, now
@@ -398,7 +311,7 @@ class Engine:
         self.memory.say_dropped(now)
         s = conf.settings
         wake = now + dt.timedelta(seconds=s.MAX_INTERVAL)
-        wake = min(wake, (self._last_db_try or now) + s.DB_RETRY_INTERVAL)
+        wake = min(wake, (self.session.last_try or now) + s.DB_RETRY_INTERVAL)
         planned = self.memory.next_fire()
         if planned is not None:
             wake = min(wake, planned)

@@ -38,8 +38,8 @@ def test_an_idle_heartbeat_tick_is_one_transaction(make_engine, make_schedule, t
     # The boot measured the offset to the database's clock (microseconds either way here)
     # and moved its instant by it; later ticks' instants carry it (``clock.now()``), so the
     # next heartbeat is due one interval after the boot's as recorded, not after ``t0``.
-    assert engine._last_heartbeat is not None
-    at = engine._last_heartbeat + conf.settings.HEARTBEAT_INTERVAL
+    assert engine.session.last_heartbeat is not None
+    at = engine.session.last_heartbeat + conf.settings.HEARTBEAT_INTERVAL
     with _depths() as seen:
         assert engine.tick(at, True) >= conf.settings.HEARTBEAT_INTERVAL.total_seconds() - 1
     assert any("durablebeat_boot" in sql and "UPDATE" in sql.upper() for _, sql in seen)
@@ -48,8 +48,8 @@ def test_an_idle_heartbeat_tick_is_one_transaction(make_engine, make_schedule, t
     assert alone == []
     # this tick's heartbeat: at ``at``, give or take the change of the measured offset
     # between the two readings (R26; a microsecond or so on MariaDB)
-    assert engine._last_heartbeat is not None
-    assert abs(engine._last_heartbeat - at) < dt.timedelta(seconds=1)
+    assert engine.session.last_heartbeat is not None
+    assert abs(engine.session.last_heartbeat - at) < dt.timedelta(seconds=1)
 
 
 @pytest.mark.django_db
