@@ -15,8 +15,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "docs" / "CONTRACT.md"
-RULES = range(1, 28)  # R1..R27
-SECTIONS = range(1, 11)  # §1..§10
+RULES = range(1, 29)  # R1..R28
+SECTIONS = range(1, 12)  # §1..§11
 
 RULE_DEFINITION = re.compile(r"^- \*\*R(\d+)\*\* ", re.MULTILINE)
 SECTION_DEFINITION = re.compile(r"^## §(\d+) ", re.MULTILINE)
