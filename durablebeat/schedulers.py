@@ -13,6 +13,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from celery.beat import Scheduler
@@ -55,6 +56,9 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         self._ahead: dt.datetime | None = None
         #: this tick runs ahead of the real clock: no message goes out before this instant
         self._not_before: dt.datetime | None = None
+        #: puts back the app's configuration as it was before ``setup_schedule`` kept the
+        #: settings Celery reads per message (``publishing.keep_per_message_conf``)
+        self._unkeep_conf: Callable[[], None] | None = None
         kwargs.pop("schedule_filename", None)
         super().__init__(app, *args, lazy=True, **kwargs)
         self.max_interval: float = min(float(self.max_interval), conf.settings.MAX_INTERVAL)
@@ -72,6 +76,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         # already expired where the clock is right. In the beat process, the app's now is
         # the one clock (undone at close).
         self.app.now = self._app_now
+        self._unkeep_conf = publishing.keep_per_message_conf(self.app)  # R28
         entries = parse_beat_schedule(
             defaults.beat_schedule(self.app),
             celery_timezone(self.app),
@@ -183,6 +188,8 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         self._closed = True
         if self.app.__dict__.get("now") == self._app_now:
             del self.app.now  # the app's own now again (set at setup)
+        if self._unkeep_conf is not None:
+            self._unkeep_conf()
         self._listener.close()
         if self._engine is not None:
             self._engine.close(clock.now())

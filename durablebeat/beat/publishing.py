@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kombu.exceptions import OperationalError
@@ -32,6 +32,46 @@ def broker_errors(connection: Any) -> tuple[type[BaseException], ...]:
         for e in own
         if isinstance(e, type) and (e.__module__ != "builtins" or issubclass(e, OSError))
     )
+
+
+#: what Celery's ``send_task`` reads from ``app.conf`` for each message it sends (Celery
+#: 5.3 to 5.7; a key a later version adds is read as before, only not kept)
+PER_MESSAGE_CONF = (
+    "task_always_eager",
+    "task_default_queue",
+    "task_send_sent_event",
+    "timezone",
+    "task_repr_maxlevels",
+    "broker_pool_acquire_timeout",
+)
+
+
+def keep_per_message_conf(app: Any) -> Callable[[], None]:
+    """Read once the settings Celery reads for every message, and keep them in the app's
+    own changes, where each later read finds them first; returns what undoes it.
+
+    With the configuration in Django's settings (``config_from_object("django.conf:settings",
+    namespace="CELERY")``, as most projects have it) each read misses Django's settings
+    under two or three names before it reaches Celery's default: ~10 us a read, eight reads
+    a message, a quarter of what a message costs beat (R28). The values kept are the ones
+    Celery would read; beat's process does not change its configuration while it runs."""
+    conf, kept = app.conf, {}
+    changes = conf.changes
+    for key in PER_MESSAGE_CONF:
+        try:
+            value = conf[key]
+        except KeyError:
+            continue
+        if key not in changes:
+            kept[key] = value
+    changes.update(kept)
+
+    def undo() -> None:
+        for key, value in kept.items():
+            if changes.get(key) is value:
+                del changes[key]
+
+    return undo
 
 
 def send(app: Any, claim: Claim, producer: Any = None) -> None:

@@ -222,6 +222,8 @@ def test_a_beat_behind_stamps_a_message_expiry_on_the_database_clock(make_schedu
         finally:
             scheduler.close()
     assert "now" not in app.__dict__  # the app's own again
+    kept = set(app.conf.changes) & set(publishing.PER_MESSAGE_CONF)
+    assert not kept, f"settings kept for beat's messages outlive its close: {kept}"  # R28
 
 
 # --- the worker ------------------------------------------------------------------------------
