@@ -76,7 +76,8 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         # already expired where the clock is right. In the beat process, the app's now is
         # the one clock (undone at close).
         self.app.now = self._app_now
-        self._unkeep_conf = publishing.keep_per_message_conf(self.app)  # R28
+        if self._unkeep_conf is None:
+            self._unkeep_conf = publishing.keep_per_message_conf(self.app)  # R28
         entries = parse_beat_schedule(
             defaults.beat_schedule(self.app),
             celery_timezone(self.app),
@@ -188,12 +189,12 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         self._closed = True
         if self.app.__dict__.get("now") == self._app_now:
             del self.app.now  # the app's own now again (set at setup)
-        if self._unkeep_conf is not None:
-            self._unkeep_conf()
         self._listener.close()
         if self._engine is not None:
             self._engine.close(clock.now())
         super().close()
+        if self._unkeep_conf is not None:
+            self._unkeep_conf()  # last: nothing here may keep the boot's stop unwritten
 
     @property
     def info(self) -> str:

@@ -134,11 +134,6 @@ class Engine:
 
     def _tick_db(self, now: dt.datetime, woken_on_change: bool) -> float:
         s = conf.settings
-        # How long beat may sleep when nothing is due (and how far ahead it looks for what
-        # is): a heartbeat's interval when a change wakes it anyway, else the polling bound.
-        idle = s.MAX_INTERVAL
-        if woken_on_change:
-            idle = max(idle, s.HEARTBEAT_INTERVAL.total_seconds())
         if self.retries:
             self._run_hook(self.retries.run, now)
         for hook in self.hooks:
@@ -155,6 +150,12 @@ class Engine:
             # heartbeat rides in it: an idle beat commits once per heartbeat, not five times.
             with transaction.atomic():
                 now = self.session.heartbeat(now)
+                # How long beat may sleep when nothing is due (and how far ahead it looks
+                # for what is): until its next heartbeat when a change wakes it anyway (R17:
+                # never more than an interval between two), else the polling bound.
+                idle = s.MAX_INTERVAL
+                if woken_on_change:
+                    idle = max(MIN_SLEEP, self.session.next_heartbeat_in(now))
                 horizon = now + dt.timedelta(seconds=idle)
                 rows = due_query.fetch_due(horizon, limit, lock=True)
                 decided = self.triage.decide(rows, now, self._late_after(now))

@@ -55,20 +55,19 @@ def keep_per_message_conf(app: Any) -> Callable[[], None]:
     under two or three names before it reaches Celery's default: ~10 us a read, eight reads
     a message, a quarter of what a message costs beat (R28). The values kept are the ones
     Celery would read; beat's process does not change its configuration while it runs."""
-    conf, kept = app.conf, {}
-    changes = conf.changes
+    read = {}
     for key in PER_MESSAGE_CONF:
         try:
-            value = conf[key]
+            read[key] = app.conf[key]
         except KeyError:
             continue
-        if key not in changes:
-            kept[key] = value
+    changes = app.conf.changes  # after a read: the configuration is loaded, not pending
+    kept = {key: value for key, value in read.items() if key not in changes}
     changes.update(kept)
 
     def undo() -> None:
         for key, value in kept.items():
-            if changes.get(key) is value:
+            if key in changes and changes[key] is value:
                 del changes[key]
 
     return undo

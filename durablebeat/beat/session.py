@@ -126,6 +126,13 @@ class Session:
         self.memory.refresh()
         return now
 
+    def next_heartbeat_in(self, now: dt.datetime) -> float:
+        """Seconds from ``now`` until the next heartbeat is due (R17)."""
+        interval = conf.settings.HEARTBEAT_INTERVAL
+        if self.last_heartbeat is None:
+            return interval.total_seconds()
+        return (self.last_heartbeat + interval - now).total_seconds()
+
     def close(self, now: dt.datetime) -> None:
         if self.ok:
             try:

@@ -144,8 +144,11 @@ def test_a_recurring_error_stops_the_beat_process_not_just_one_tick(monkeypatch)
 
     monkeypatch.setattr(boots, "register_boot", _missing_table)
     scheduler = DurableScheduler(app)
-    with pytest.raises(DatabaseUnusable):
-        scheduler.tick()
+    try:
+        with pytest.raises(DatabaseUnusable):
+            scheduler.tick()
+    finally:
+        scheduler.close()
 
 
 def test_an_unsupported_database_backend_is_e004(monkeypatch):

@@ -52,6 +52,22 @@ def test_an_idle_heartbeat_tick_is_one_transaction(make_engine, make_schedule, t
     assert abs(engine.session.last_heartbeat - at) < dt.timedelta(seconds=1)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_tick_woken_between_heartbeats_sleeps_only_until_the_next_one(make_engine, t0):
+    """R17: an idle beat that a change woke part-way through its sleep does not sleep a
+    whole interval again: two heartbeats are never more than one interval apart, three to
+    each HEARTBEAT_STALE_AFTER (else a live beat could read as gone)."""
+    engine = make_engine(hooks=[])
+    interval = conf.settings.HEARTBEAT_INTERVAL
+    assert engine.tick(t0, True) == pytest.approx(interval.total_seconds())  # boot
+    woken = t0 + interval * 0.75  # a change woke it: no heartbeat due yet
+    slept = engine.tick(woken, True)
+    assert engine.session.last_heartbeat == t0
+    assert slept == pytest.approx((interval * 0.25).total_seconds())
+    engine.tick(woken + dt.timedelta(seconds=slept), True)
+    assert engine.session.last_heartbeat == t0 + interval
+
+
 @pytest.mark.django_db
 def test_the_due_probes_compiled_once_take_each_ticks_horizon(make_schedule, t0):
     """An idle tick reuses the due probes' SQL (compiling them was most of its CPU): the
