@@ -11,9 +11,13 @@ class DurablebeatConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported once the app registry is ready: both import the models.
-        from . import checks
+        from . import checks, wakeup
+        from .beat import boots
         from .worker import tracking
 
         checks.register()
         # Completion tracking in every worker that loads Django, with no code in user tasks.
         tracking.connect()
+        # R31: a saver asks whether a live beat's LISTEN is deaf (below the models, wakeup
+        # cannot import them)
+        wakeup.deaf_beat_alive = boots.listen_deaf_alive

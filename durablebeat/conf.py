@@ -235,6 +235,19 @@ class Settings:
         a message on the Celery broker (``durablebeat.wakeup``)."""
         return self._bool("BROKER_WAKE", True)
 
+    @property
+    def LISTEN_DATABASE(self) -> str:
+        """The database alias beat LISTENs on; empty: Django's ``default``. Behind a pooler
+        in transaction mode, an alias that reaches PostgreSQL directly (R31)."""
+        value = self._get("LISTEN_DATABASE", "")
+        if value is None or value == "":
+            return ""
+        if not isinstance(value, str) or value not in django_settings.DATABASES:
+            raise InvalidSetting(
+                f"DURABLEBEAT_LISTEN_DATABASE must name a database in DATABASES, got {value!r}"
+            )
+        return value
+
     # --- operations ---
 
     @property

@@ -12,15 +12,22 @@ only means that beat sees the change when it next looks (within the longer of
 send this process tries the broker again only after ``RETRY_AFTER`` seconds, so that a
 broker that is down does not slow every save. A beat process sends nothing: its own writes
 need no wake-up (on PostgreSQL its session is marked for the same reason).
+
+R31: on PostgreSQL the trigger's ``NOTIFY`` carries a change, unless a live beat found its
+``LISTEN`` deaf (a pooler in transaction mode: ``beat.notify``) and recorded it as a
+``listen_deaf`` incident; then this process publishes on the broker too. It reads that once
+per ``DEAF_CACHE`` seconds at most, after the commit (never inside the caller's
+transaction), and beat relies on the broker only once every saver can have read it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from . import conf
 
@@ -34,9 +41,18 @@ EXPIRES = 60.0
 RETRY_AFTER = 30.0
 #: seconds a send waits for a producer of the app's pool
 ACQUIRE_TIMEOUT = 1.0
+#: the incident a beat records when its LISTEN is deaf (R31)
+LISTEN_DEAF = "listen_deaf"
+#: seconds a saver keeps what it read about deaf beats
+DEAF_CACHE = 1.0
 
 _muted = False
 _broken_until = 0.0
+#: whether a live beat recorded its LISTEN deaf: ``beat.boots.listen_deaf_alive``, set when
+#: the app is ready (this module is below the models, which call it)
+deaf_beat_alive: Callable[[], bool] | None = None
+#: (monotonic instant read, a live beat's LISTEN is deaf)
+_deaf_seen: tuple[float, bool] = (-DEAF_CACHE, False)
 
 
 def mute() -> None:
@@ -46,11 +62,28 @@ def mute() -> None:
 
 
 def needed() -> bool:
-    """Whether a change in this process should go out on the broker: not in a beat, not
-    where PostgreSQL's own notification carries it, not when the setting is off."""
-    if _muted or not conf.settings.BROKER_WAKE:
+    """Whether a change in this process may have to go out on the broker: not in a beat,
+    not when the setting is off (on PostgreSQL ``send`` asks whether NOTIFY carries it)."""
+    return not _muted and bool(conf.settings.BROKER_WAKE)
+
+
+def notify_carries() -> bool:
+    """On PostgreSQL with LISTEN on, the trigger's NOTIFY wakes beat, unless a live beat
+    recorded its LISTEN deaf (R31): read at most once per ``DEAF_CACHE`` seconds. A read
+    that fails counts as heard (the change is seen at beat's next look)."""
+    global _deaf_seen
+    if not (connection.vendor == "postgresql" and conf.settings.LISTEN_NOTIFY):
         return False
-    return not (connection.vendor == "postgresql" and conf.settings.LISTEN_NOTIFY)
+    at, deaf = _deaf_seen
+    t = time.monotonic()
+    if t - at < DEAF_CACHE:
+        return not deaf
+    try:
+        deaf = deaf_beat_alive is not None and deaf_beat_alive()
+    except DatabaseError:
+        return True
+    _deaf_seen = (t, deaf)
+    return not deaf
 
 
 def schedules_changed() -> None:
@@ -88,19 +121,10 @@ def send() -> None:
     next looks."""
     global _broken_until
     app = configured_app()
-    if app is None or time.monotonic() < _broken_until:
+    if app is None or time.monotonic() < _broken_until or notify_carries():
         return
     try:
-        with app.producer_pool.acquire(block=True, timeout=ACQUIRE_TIMEOUT) as producer:
-            producer.publish(
-                {"changed": "schedule"},
-                exchange=exchange(),
-                routing_key="",
-                declare=[exchange()],
-                retry=False,
-                expiration=EXPIRES,
-                serializer="json",
-            )
+        publish(app, {"changed": "schedule"})
     except Exception as exc:  # any broker error: beat sees the change when it next looks
         _broken_until = time.monotonic() + RETRY_AFTER
         logger.warning(
@@ -110,4 +134,18 @@ def send() -> None:
             RETRY_AFTER,
             exc,
             extra={"event": "wake_failed"},
+        )
+
+
+def publish(app: Any, body: dict[str, str]) -> None:
+    """One message on the wake-up exchange: a change, or a beat's probe (``beat.notify``)."""
+    with app.producer_pool.acquire(block=True, timeout=ACQUIRE_TIMEOUT) as producer:
+        producer.publish(
+            body,
+            exchange=exchange(),
+            routing_key="",
+            declare=[exchange()],
+            retry=False,
+            expiration=EXPIRES,
+            serializer="json",
         )

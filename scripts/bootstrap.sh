@@ -12,6 +12,13 @@ then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends libmariadb-dev pkg-config gcc >/dev/null
 fi
+# PgBouncer, the pooler scripts/services.sh puts in front of PostgreSQL for the tests (R31)
+if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
+    echo "installing from Debian: pgbouncer"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends pgbouncer >/dev/null
+fi
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi

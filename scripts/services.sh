@@ -11,6 +11,24 @@ if ! pg_isready -h 127.0.0.1 -p 5432 >/dev/null 2>&1; then
     pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
 fi
 wait_for PostgreSQL "pg_isready -h 127.0.0.1 -p 5432" || exit 1
+# PgBouncer in front of it (R31): transaction pooling on 6432, session pooling on 6433, any
+# database by its own name, trust as PostgreSQL's. Run as postgres (it refuses root).
+for pgb in transaction:6432 session:6433; do
+    mode=${pgb%%:*} port=${pgb##*:} dir=/tmp/durablebeat-pgbouncer-${pgb##*:}
+    if ! pg_isready -h 127.0.0.1 -p "$port" >/dev/null 2>&1; then
+        echo "starting PgBouncer ($mode pooling, port $port)"
+        mkdir -p "$dir" && echo '"postgres" ""' >"$dir/users.txt"
+        printf '%s\n' "[databases]" "* = host=127.0.0.1 port=5432" "[pgbouncer]" \
+            "listen_addr = 127.0.0.1" "listen_port = $port" "unix_socket_dir =" \
+            "auth_type = trust" "auth_file = $dir/users.txt" "pool_mode = $mode" \
+            "max_client_conn = 400" "default_pool_size = 20" \
+            "ignore_startup_parameters = extra_float_digits,options" \
+            "pidfile = $dir/pgbouncer.pid" "logfile = $dir/pgbouncer.log" >"$dir/pgbouncer.ini"
+        chown -R postgres "$dir" 2>/dev/null
+        /usr/sbin/pgbouncer -d -u postgres "$dir/pgbouncer.ini" || true
+    fi
+    wait_for "PgBouncer on $port" "pg_isready -h 127.0.0.1 -p $port" || exit 1
+done
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
     echo "starting Redis"
     mkdir -p /var/lib/redis /var/log/redis

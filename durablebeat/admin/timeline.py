@@ -34,7 +34,8 @@ LANES_PER_PAGE = 50
 LABEL_WIDTH = 190.0
 PLOT_WIDTH = 800.0
 LANE_HEIGHT = 34.0
-AXIS_HEIGHT = 40.0
+#: boots drawn with a label each; with more, the lines alone (each still says itself)
+LABELLED_BOOTS = 12
 CHART_HEIGHT = 80.0
 #: the timeline's own query parameters; the others are the schedule list's filters
 OWN_PARAMS = ("window", "from", "to", "page", "as", "show")
@@ -57,21 +58,26 @@ def _urls() -> dict[str, str]:
 def _drawing(window: timeline.Window, rows: list[Schedule], labels: bool = True) -> dict[str, Any]:
     """Everything the lanes' SVG needs, for the rows in this order."""
     scale = _scale(window)
-    lanes = timeline_query.lanes(rows, scale, LANE_HEIGHT, AXIS_HEIGHT)
+    width = LABEL_WIDTH + PLOT_WIDTH + 10
     boots, boots_total = timeline_query.boots(scale)
-    height = AXIS_HEIGHT + LANE_HEIGHT * max(len(lanes), 1) + 8
+    tags: list[timeline.Tag | None] = [None] * len(boots)
+    if labels and len(boots) <= LABELLED_BOOTS:
+        tags = [*timeline.place_tags([(b.x, b.caption) for b in boots], width)]
+    header = timeline.Header(max((t.row + 1 for t in tags if t), default=1))
+    lanes = timeline_query.lanes(rows, scale, LANE_HEIGHT, header.height)
     return {
         "window": window,
         "lanes": lanes,
         "boots": boots,
+        "boot_tags": list(zip(boots, tags, strict=True)),
         "boots_total": boots_total,
-        "boot_labels": labels and len(boots) <= 12,
+        "header": header,
         "ticks": [(scale.x(at), text) for at, text in timeline.ticks(window.since, window.until)],
-        "width": LABEL_WIDTH + PLOT_WIDTH + 10,
-        "height": height,
+        "width": width,
+        "height": header.height + LANE_HEIGHT * max(len(lanes), 1) + 8,
+        "label_width": LABEL_WIDTH,
         "plot_x0": LABEL_WIDTH,
         "plot_x1": LABEL_WIDTH + PLOT_WIDTH,
-        "label_flip": LABEL_WIDTH + PLOT_WIDTH - 80,  # a boot's label left of its line
         "lane_height": LANE_HEIGHT,
         "styles": list(timeline.STYLES.values()),
         "bucket_above": timeline.BUCKET_ABOVE,

@@ -11,7 +11,8 @@ import uuid
 from django.db import connection
 from django.db.models import Q
 
-from .. import __version__, conf
+from .. import __version__, conf, wakeup
+from ..core import clock
 from ..models import (
     Boot,
     Incident,
@@ -99,3 +100,9 @@ def incident(
     kind: str, detail: str, now: dt.datetime, boot_id: uuid.UUID | None, count: int = 1
 ) -> None:
     Incident.objects.create(kind=kind, detail=detail, count=count, at=now, boot_id=boot_id)
+
+
+def listen_deaf_alive() -> bool:
+    """R31: a live boot found its LISTEN deaf: the savers publish on the broker (``wakeup``).
+    By the live boots (a few rows, by the heartbeat's index), then their incidents."""
+    return Boot.objects.filter(alive_q(clock.now()), incident__kind=wakeup.LISTEN_DEAF).exists()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from django.utils.dateparse import parse_date, parse_datetime
 
@@ -267,3 +267,87 @@ def chart(points: list[Point], scale: Scale, height: float, limit: float | None 
         y(usable_limit) if usable_limit is not None else None,
         seconds_words(usable_limit) if usable_limit is not None else "",
     )
+
+
+# --- the band above the lanes: boot labels in rows ------------------------------------------
+
+#: glyphs about 1 em wide in the admin's sans-serif fonts
+_WIDE = frozenset("MWmw@%…#&+<=>^~")
+#: the first row's baseline, and the step between rows (a 10 px label's box is ~11.6 px tall)
+TAG_TOP = 10.0
+TAG_ROW = 12.0
+
+
+def text_width(text: str, size: float) -> float:
+    """An upper estimate of ``text``'s width in pixels at ``size`` px in the admin's
+    sans-serif fonts (DejaVu Sans, the widest of them, is under it): wide letters and
+    anything outside ASCII 1 em, other capitals 0.8 em, the rest 0.65 em."""
+    ems = sum(1.0 if c in _WIDE or not c.isascii() else 0.8 if c.isupper() else 0.65 for c in text)
+    return round(ems * size, 1)
+
+
+@dataclass(frozen=True)
+class Tag:
+    """A label beside its vertical line, from ``left`` to ``right`` in row ``row`` (0 at the
+    top); ``x`` and ``anchor`` are its SVG text's."""
+
+    x: float
+    anchor: str
+    left: float
+    right: float
+    row: int
+
+    @property
+    def y(self) -> float:
+        return TAG_TOP + TAG_ROW * self.row
+
+
+def place_tags(
+    lines: Sequence[tuple[float, str]],
+    edge: float,
+    size: float = 10.0,
+    pad: float = 2.0,
+    gap: float = 4.0,
+) -> list[Tag]:
+    """Each ``(x, text)`` as a label beside its line: right of it, or left where it would
+    pass ``edge``; in the first row where it keeps ``gap`` from every label already there.
+    Rows are added as needed, so no two labels overlap, however close their lines are."""
+    placed: list[Tag] = []
+    for x, text in lines:
+        width = text_width(text, size)
+        if x + pad + width <= edge:
+            tag = Tag(x + pad, "start", x + pad, x + pad + width, 0)
+        else:
+            tag = Tag(x - pad, "end", x - pad - width, x - pad, 0)
+        row = 0
+        while any(
+            t.row == row and tag.left < t.right + gap and t.left < tag.right + gap for t in placed
+        ):
+            row += 1
+        placed.append(replace(tag, row=row))
+    return placed
+
+
+@dataclass(frozen=True)
+class Header:
+    """The band above the lanes: ``rows`` rows of labels, the ticks' labels under them, then
+    the axis; the lanes start at ``height``."""
+
+    rows: int = 1
+
+    @property
+    def tick_y(self) -> float:
+        return TAG_TOP + TAG_ROW * (max(self.rows, 1) - 1) + 17
+
+    @property
+    def line_y(self) -> float:
+        """Where a tick's or a boot's vertical line starts."""
+        return self.tick_y + 3
+
+    @property
+    def axis_y(self) -> float:
+        return self.tick_y + 7
+
+    @property
+    def height(self) -> float:
+        return self.tick_y + 13

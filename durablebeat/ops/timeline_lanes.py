@@ -187,6 +187,12 @@ class BootMark:
         return f"{self.started_at:%H:%M}"
 
     @property
+    def caption(self) -> str:
+        """The label by its line: the host, cut at 18 characters, and the time."""
+        host = self.hostname if len(self.hostname) <= 18 else self.hostname[:17] + "…"
+        return f"{host} {self.time}"
+
+    @property
     def when(self) -> str:
         return absolute(self.started_at)
 

@@ -1,7 +1,9 @@
 """The timeline (R19) as an operator tries it, in a real headless Chromium, on a database
 prepared with a starved schedule, a stuck one, a schedule firing on every deploy, a delivery
 slot caught up at a deploy, a failing schedule and an orphaned run. Each is seen on the
-timeline by its mark's shape and words, and a mark leads to its run.
+timeline by its mark's shape and words, and a mark leads to its run. Where the lanes are
+wider than the page they open at the window's recent end, keep their names in view, and
+boot labels a minute apart never overlap, each measured in the page.
 
 Its screenshots are the pictures of docs/operations.md, kept in ``tests/e2e/screenshots/``
 (``DURABLEBEAT_UPDATE_SCREENSHOTS=1`` takes them again; see ``tests/e2e/browser.py``).
@@ -35,7 +37,7 @@ def browser() -> Iterator[Any]:
 
 
 def prepare(now: dt.datetime) -> dict[str, Any]:
-    """A day of a deploy loop: eight boots, and what they did to six schedules."""
+    """A day of deploys: eight boots, and what they did to six schedules."""
     from durablebeat.enums import Reason, RunState
     from durablebeat.models import Boot, Run, Schedule
 
@@ -59,17 +61,21 @@ def prepare(now: dt.datetime) -> dict[str, Any]:
             **fields,
         )
 
+    # Five deploys 3 h apart, and one near the window's end that restarted twice, a minute
+    # apart: eight boots, three of them with labels that would cover one another.
+    starts = [now - (22 - 3 * i) * H + 7 * MIN for i in range(5)]
+    starts += [now - H + (7 + i) * MIN for i in range(3)]
     boots = []
-    for i in range(8):
-        started = now - (22 - 3 * i) * H + 7 * MIN
+    for i, started in enumerate(starts):
+        stopped = starts[i + 1] - dt.timedelta(seconds=5) if i + 1 < len(starts) else None
         boots.append(
             Boot.objects.create(
                 id=uuid.uuid4(),
                 hostname=f"web-{i % 2 + 1}",
                 pid=1000 + i,
                 started_at=started,
-                heartbeat_at=started + 3 * H - MIN,
-                stopped_at=started + 3 * H - MIN if i < 7 else None,
+                heartbeat_at=stopped or now,
+                stopped_at=stopped,
             )
         )
 
@@ -126,6 +132,110 @@ def wait_for(driver: Any, css: str) -> Any:
     return WebDriverWait(driver, 10).until(lambda d: d.find_element(By.CSS_SELECTOR, css))
 
 
+#: where things are in the lanes' scroll box, in the page's pixels: the box, the drawing in
+#: it, each lane's name (and whether it is what a click there reaches), each boot's label
+MEASURE = """
+const box = document.querySelector('figure.tl-figure');
+const rect = e => {
+  const r = e.getBoundingClientRect();
+  return [r.left, r.top, r.right, r.bottom];
+};
+const onTop = e => {
+  const [l, t, r, b] = rect(e);
+  return e.contains(document.elementFromPoint((l + r) / 2, (t + b) / 2));
+};
+return {
+  box: rect(box),
+  canvas: rect(box.querySelector('.tl-canvas')),
+  overflow: box.scrollWidth - box.clientWidth,
+  names: [...box.querySelectorAll('text.tl-name')].map(e => [e.textContent, rect(e), onTop(e)]),
+  labels: [...box.querySelectorAll('text.tl-boot-label')].map(e => [e.textContent, rect(e)]),
+};
+"""
+
+
+#: the drawn width of each text in ``arguments[0]``, set as a boot's label is
+PROBE = """
+const label = document.querySelector('text.tl-boot-label');
+return arguments[0].map(text => {
+  const probe = label.cloneNode();
+  probe.textContent = text;
+  label.parentNode.appendChild(probe);
+  const width = probe.getComputedTextLength();
+  probe.remove();
+  return width;
+});
+"""
+
+
+def measure(driver: Any, scroll: int = 0) -> dict[str, Any]:
+    """The lanes' box after scrolling it by ``scroll`` pixels (to an end: a large one)."""
+    driver.execute_script(
+        "document.querySelector('figure.tl-figure').scrollBy(arguments[0], 0)", scroll
+    )
+    return driver.execute_script(MEASURE)
+
+
+def names_in_view(seen: dict[str, Any]) -> None:
+    """Each lane's name lies inside the box's visible part, and nothing is drawn over it."""
+    left, top, right, bottom = seen["box"]
+    assert len(seen["names"]) == 6
+    for name, (x0, y0, x1, y1), on_top in seen["names"]:
+        assert left - 0.5 <= x0 and x1 <= right + 0.5 and top <= y0 and y1 <= bottom, name
+        assert on_top, f"{name} is covered"
+
+
+def overlap(a: list[float], b: list[float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def test_the_timeline_opens_at_its_recent_end_keeps_the_names_in_view_and_labels_apart(
+    browser, live_server
+):
+    """Issue 28 item 8 (R19), at 1400 px with the admin's sidebar open: the lanes are wider
+    than their box. It opens at the window's end, where the fires are; scrolled to either
+    end, every lane's name is still in view; the labels of boots a minute apart never
+    overlap."""
+    from django.contrib.auth.models import User
+
+    from durablebeat.core import clock
+    from durablebeat.ops.timeline import text_width
+
+    User.objects.create_superuser("admin", "admin@example.com", "pw")
+    prepare(clock.now())
+    b = browser
+    log_in(b, live_server.url, "admin", "pw")
+    b.execute_script("localStorage.setItem('django.admin.navSidebarIsOpen', 'true')")
+    b.get(f"{live_server.url}/admin/durablebeat/schedule/timeline/")
+    b.execute_script(
+        "arguments[0].scrollIntoView({block: 'center'})", wait_for(b, "figure.tl-figure")
+    )
+    shot(b, "timeline-narrow", keep=True)
+
+    at_load = measure(b)
+    assert at_load["overflow"] > 100  # the box scrolls: the checks below check something
+    assert at_load["canvas"][2] == pytest.approx(at_load["box"][2], abs=1)  # the recent end
+    names_in_view(at_load)
+    oldest = measure(b, -100_000)
+    assert oldest["canvas"][0] == pytest.approx(oldest["box"][0], abs=1)
+    names_in_view(oldest)
+    recent = measure(b, 100_000)
+    assert recent["canvas"][2] == pytest.approx(recent["box"][2], abs=1)
+    names_in_view(recent)
+
+    labels = at_load["labels"]
+    assert len(labels) == 8
+    for i, (text, box) in enumerate(labels):
+        for other, other_box in labels[i + 1 :]:
+            assert not overlap(box, other_box), f"{text!r} overlaps {other!r}"
+    # The rows are placed on an estimate of each label's width: over every glyph a host
+    # name may hold, drawn as a label is, in this browser's font.
+    glyphs = [chr(c) for c in range(33, 127)] + ["…"]
+    drawn = b.execute_script(PROBE, glyphs)
+    wider = [(g, w) for g, w in zip(glyphs, drawn, strict=True) if w > text_width(g, 10)]
+    assert not wider, f"glyphs wider than estimated: {wider}"
+
+
 def test_an_operator_sees_each_problem_on_the_timeline_and_reaches_its_run(browser, live_server):
     from django.contrib.auth.models import User
 
@@ -167,7 +277,7 @@ def test_an_operator_sees_each_problem_on_the_timeline_and_reaches_its_run(brows
     band = b.find_element(By.CSS_SELECTOR, "rect.tl-stuck")
     assert "stuck since" in band.get_attribute("aria-label")
     starved = b.find_element(
-        By.CSS_SELECTOR, f'g.tl-lane[data-schedule="{seen["starved"].pk}"] text.tl-note'
+        By.CSS_SELECTOR, f'g.tl-lane-name[data-schedule="{seen["starved"].pk}"] text.tl-note'
     )
     assert "never fired" in starved.text
     shot(b, "timeline", keep=True)

@@ -20,7 +20,7 @@ from durablebeat.admin import timeline as admin_timeline
 from durablebeat.enums import Reason, RunState
 from durablebeat.models import Boot, MissedSlots, Run, Schedule
 from durablebeat.ops import timeline
-from tests.integration.test_monitoring_extremes import EXTREMES, MAX_AT
+from tests.integration.test_monitoring_extremes import EXTREMES, MAX_AT, store_unchecked
 
 pytestmark = pytest.mark.django_db
 
@@ -138,6 +138,22 @@ def test_boots_are_drawn_where_they_started(admin_client, scene):
     x0, width = admin_timeline.LABEL_WIDTH, admin_timeline.PLOT_WIDTH
     assert xs[first.pk] == pytest.approx(x0 + width * 14 / 24, abs=0.1)
     assert xs[second.pk] == pytest.approx(x0 + width * 21 / 24, abs=0.1)
+
+
+def test_labels_of_boots_a_minute_apart_are_stacked_and_the_lanes_start_under_them(
+    admin_client, scene, make_boot, t0
+):
+    """Issue 28 item 8: the second boot's restart a minute later gets a row of its own."""
+    make_boot(started_at=t0 - 3 * H + MIN, heartbeat_at=t0 - 2 * S, hostname="web-2")
+    response = admin_client.get(URL)
+    header = response.context["header"]
+    tags = [tag for _, tag in response.context["boot_tags"]]
+    assert [tag.row for tag in tags] == [0, 0, 1] and header.rows == 2
+    assert response.context["lanes"][0].y == header.height > timeline.Header().height
+    drawn = re.findall(
+        r'<text class="tl-boot-label" x="[\d.]+" y="([\d.]+)"', unescape(response.content.decode())
+    )
+    assert drawn == ["10.0", "10.0", "22.0"]
 
 
 def test_a_window_shows_only_its_slots(admin_client, scene):
@@ -446,7 +462,7 @@ def test_a_run_of_a_boot_gone_is_still_drawn(admin_client, scene):
 
 @pytest.mark.parametrize("limit", [1e308, -1e308, 0.0, 1e-300])
 def test_a_schedule_page_with_any_stored_time_limit_renders(admin_client, make_run, t0, limit):
-    row = Schedule.objects.create(name="odd-limit", task=TASK, every=H, time_limit=limit)
+    row = store_unchecked(name="odd-limit", task=TASK, every=H, time_limit=limit)
     make_run(row, t0 - H, started_at=t0 - H, finished_at=t0 - H + 5 * S)
     response = admin_client.get(f"/admin/durablebeat/schedule/{row.pk}/change/")
     assert response.status_code == 200

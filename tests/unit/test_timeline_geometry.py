@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from durablebeat.core import clock
 from durablebeat.enums import Reason, RunState
@@ -156,3 +159,63 @@ def test_a_chart_ignores_a_limit_it_cannot_draw(limit):
     assert [p.point.run_id for p in chart.points] == [2]
     if limit != 1e308:
         assert chart.limit_y is None
+
+
+# --- boot labels ----------------------------------------------------------------------------
+
+
+def test_labels_far_apart_share_the_top_row_and_one_past_the_edge_goes_left_of_its_line():
+    lines = [(200.0, "web-1 10:00"), (400.0, "web-2 13:00"), (990.0, "web-1 13:09")]
+    tags = timeline.place_tags(lines, 1000)
+    assert [t.row for t in tags] == [0, 0, 0]
+    assert [t.anchor for t in tags] == ["start", "start", "end"]
+    assert tags[0].x == tags[0].left == 202.0
+    assert tags[2].x == tags[2].right == 988.0 and tags[2].left == 988.0 - 75.0
+
+
+def test_labels_of_boots_a_minute_apart_go_one_row_each_under_the_other():
+    # a day across 800 px: a minute is 0.56 px
+    lines = [(700.0 + 0.56 * i, f"web-{i % 2 + 1} 13:0{i}") for i in range(3)]
+    tags = timeline.place_tags(lines, 1000)
+    assert [t.row for t in tags] == [0, 1, 2]
+    assert [t.y for t in tags] == [timeline.TAG_TOP + timeline.TAG_ROW * r for r in range(3)]
+    header = timeline.Header(3)
+    assert header.tick_y > tags[-1].y + timeline.TAG_ROW  # the ticks' labels under them
+    assert header.line_y < header.axis_y < header.height
+
+
+def test_a_header_of_one_row_is_the_page_as_it_was():
+    assert (timeline.Header().tick_y, timeline.Header().height) == (27.0, 40.0)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(190, 990, allow_nan=False),
+            st.text(st.characters(codec="utf-8", categories=["L", "N", "P"]), max_size=24),
+        ),
+        max_size=14,
+    )
+)
+def test_no_two_labels_overlap_and_each_goes_beside_its_line_in_the_first_row_it_fits(lines):
+    gap = 4.0
+    tags = timeline.place_tags(lines, 1000, gap=gap)
+
+    def touch(a: timeline.Tag, b: timeline.Tag) -> bool:
+        return a.row == b.row and a.left < b.right + gap and b.left < a.right + gap
+
+    for i, ((x, text), tag) in enumerate(zip(lines, tags, strict=True)):
+        width = timeline.text_width(text, 10)
+        assert tag.right - tag.left == pytest.approx(width)
+        assert tag.anchor == ("start" if x + 2 + width <= 1000 else "end")
+        assert tag.left >= x if tag.anchor == "start" else tag.right <= x  # beside its line
+        for row in range(tag.row):  # every row above holds a label it would touch
+            assert any(touch(replace(tag, row=row), t) for t in tags[:i])
+        assert not any(touch(tag, t) for t in tags[:i])
+
+
+def test_a_label_is_measured_wide_where_its_letters_are():
+    assert timeline.text_width("web-1 13:09", 10) == 75.0
+    wide, capitals, small = (timeline.text_width(t, 10) for t in ("mWw", "ABC", "abc"))
+    assert (wide, capitals, small) == (30.0, 24.0, 19.5)
+    assert timeline.text_width("日本", 10) == 20.0
