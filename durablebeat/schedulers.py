@@ -91,6 +91,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             sync_clock=dbclock.sync,  # R26: measured at boot and with each heartbeat
             hold=self._hold,  # a tick run ahead commits its claims at its instant
         )
+        self._listener.boot_id = self._engine.boot_id  # R31: a deaf LISTEN is this boot's
 
     def _app_now(self) -> Any:
         return clock.now().astimezone(self.app.timezone)
@@ -103,27 +104,6 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         return self._engine
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        self._listener.boot_id = self._engine.boot_id  # R31: a deaf LISTEN is this boot's
-
-    def _say_unused_options(self) -> None:
-        """R30: Celery beat's options that do not do here what Celery says, said at boot."""
-        asked = self._asked_max_interval
-        if asked and float(asked) > self.max_interval:
-            logger.warning(
-                "--max-interval %g s (beat_max_loop_interval) is more than "
-                "DURABLEBEAT_MAX_INTERVAL: beat sleeps at most %g s. It sleeps until the next "
-                "slot and a change wakes it; set DURABLEBEAT_MAX_INTERVAL to poll less often",
-                float(asked),
-                self.max_interval,
-                extra={"event": "option_capped", "option": "max_interval"},
-            )
-        if self._schedule_file and self._schedule_file != CELERY_SCHEDULE_FILE:
-            logger.warning(
-                "-s %s (beat_schedule_filename) is not used: durablebeat keeps its schedules "
-                "and their fires in the database, and reads or writes no schedule file",
-                self._schedule_file,
-                extra={"event": "option_unused", "option": "schedule_filename"},
-            )
         self._ticking = True
         try:
             return self._tick()
