@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError, close_old_connections, connection
 
-from .. import conf
+from .. import conf, schema
 from ..core import clock
+from ..words import duration_words
 from . import boots, dberrors, notify
 from . import due as due_query
 from .codesync import CodeEntry
@@ -49,6 +50,8 @@ class Session:
     failures: int = 0
     #: database errors that will recur, logged and recorded for ``check`` (R23)
     errors: dberrors.Reporter = field(default_factory=dberrors.Reporter)
+    #: R32: durablebeat's migrations the database lacks, as last said (beat waits for them)
+    missing: list[str] = field(default_factory=list)
 
     def retry_due(self, now: dt.datetime) -> bool:
         last = self.last_try
@@ -61,6 +64,9 @@ class Session:
             close_old_connections()
             connection.ensure_connection()
             dberrors.refuse_unsupported()  # R23: a backend durablebeat cannot use stops the boot
+            if missing := schema.pending():  # R32: before any query names a new column
+                self._wait_for_migrations(missing)
+                return now
             notify.mark_beat_session()  # this beat's own writes wake no beat
             now, offset = self._measure_clock(now)  # R26: before the first instant is written
             boots.register_boot(self.boot_id, self.hostname, self.pid, now, offset)
@@ -86,7 +92,7 @@ class Session:
                     extra={"event": "db_unreachable", "boot": str(self.boot_id)},
                 )
             return now
-        self.failures = 0
+        self.failures, self.missing = 0, []
         self.ok, self.booted, self.last_heartbeat = True, True, now
         self.memory.plan_with_db(self.code_entries)
         logger.info(
@@ -98,6 +104,21 @@ class Session:
             extra={"event": "boot", "boot": str(self.boot_id)},
         )
         return now
+
+    def _wait_for_migrations(self, missing: list[str]) -> None:
+        """R32: a new beat met a database its deploy has not migrated yet: it fires nothing
+        (the previous release's beat fires meanwhile; nothing is planned from memory) and
+        asks again at each retry. Said once, and again only if what is missing changes."""
+        self.ok = False
+        connection.close()
+        if missing != self.missing:
+            logger.warning(
+                "%s; beat waits for them, firing nothing, and looks again every %s (R32)",
+                schema.words(missing),
+                duration_words(conf.settings.DB_RETRY_INTERVAL),
+                extra={"event": "migrations_pending", "boot": str(self.boot_id)},
+            )
+        self.missing = missing
 
     def lost(self, now: dt.datetime, exc: Exception) -> None:
         """A query failed: fire from memory until a retry answers (R5)."""

@@ -39,6 +39,7 @@ SEVERITIES = {
     "bad_row": Severity.WARNING,
     "clock_skew": Severity.WARNING,
     "database_unreachable": Severity.CRITICAL,
+    "migrations_pending": Severity.WARNING,
     "database_error": Severity.CRITICAL,
     "check_failed": Severity.CRITICAL,
     "bad_setting": Severity.CRITICAL,

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from django.db import DatabaseError
 from django.db.models import QuerySet
 
-from .. import conf
+from .. import conf, schema
 from ..beat import dberrors
 from ..beat.boots import alive_q
 from ..conf import invalid_settings
@@ -232,14 +232,37 @@ def database_unreachable(exc: Exception) -> Finding:
     return Finding("database_unreachable", f"cannot read the database: {exc}")
 
 
-def check(now: dt.datetime, only: Iterable[str] | None = None) -> list[Finding]:
-    """What ``durablebeat check`` prints: the findings, or that the database cannot be read.
+def waiting_for_migrations(
+    missing: list[str], now: dt.datetime, only: Iterable[str] | None = None
+) -> list[Finding]:
+    """R32: the database lacks some of durablebeat's migrations, so that no finder can read
+    it: ``migrations_pending``, and ``no_beat`` when no beat is alive (asked of columns every
+    release has: a beat of the previous release may be firing meanwhile)."""
+    found = [
+        Finding(
+            "migrations_pending",
+            f"{schema.words(missing)}; a beat of this release waits for them, firing nothing",
+        )
+    ]
+    if (only is None or "no_beat" in only) and not beat_alive(now):
+        found.append(
+            Finding("no_beat", "no beat is alive, and none of this release boots before migrate")
+        )
+    return sorted(found, key=lambda f: -f.severity)
 
-    The database error is reported even when ``only`` leaves it out; ``exit_code`` then does
-    not count it, so that a beat liveness probe does not restart a beat that is firing from
-    memory through a database outage (R5).
+
+def check(now: dt.datetime, only: Iterable[str] | None = None) -> list[Finding]:
+    """What ``durablebeat check`` prints: the findings, that migrations are pending (R32),
+    or that the database cannot be read.
+
+    The database error and the pending migrations are reported even when ``only`` leaves
+    them out; ``exit_code`` then does not count them, so that a beat liveness probe does not
+    restart a beat that is firing from memory through a database outage (R5), or one that
+    waits for the deploy's ``migrate``.
     """
     try:
+        if not invalid_settings() and (missing := schema.pending()):
+            return waiting_for_migrations(missing, now, only)
         return findings(now, only)
     except DatabaseError as exc:
         return [database_unreachable(exc)]

@@ -597,7 +597,8 @@ def test_every_finding_at_once_each_with_its_documented_severity(
     found = health.findings(t0)
     # check_failed is no state of the data: test_monitoring_extremes injects it.
     # bad_setting is reported alone (no other finding can be computed with it): its own test.
-    unbuilt = {"database_unreachable", "check_failed", "bad_setting"}
+    # migrations_pending needs a schema rolled back: test_expand_contract.py.
+    unbuilt = {"database_unreachable", "check_failed", "bad_setting", "migrations_pending"}
     assert {f.code for f in found} | without_beat == set(health.CODES) - unbuilt
     assert "no_beat" in without_beat and "overdue" not in without_beat
     for f in found:
