@@ -51,6 +51,9 @@ else:
     DATABASES = {"default": database_from_env(f"postgres://{PG_USER}@{PG_HOST}:5432/durablebeat")}
     DATABASES["default"]["TEST"] = {"NAME": f"test_durablebeat{TEST_SUFFIX}"}
 
+if os.environ.get("E2E_DB_POOLED") == "1":
+    # Through PgBouncer in transaction pooling (R31): Django's advice for it
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 CELERY_BROKER_URL = os.environ.get(
     "CELERY_BROKER_URL",
     f"redis://127.0.0.1:6379/{os.environ.get('DURABLEBEAT_TEST_REDIS_DB', '15')}",

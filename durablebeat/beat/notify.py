@@ -141,8 +141,15 @@ class _Channel:
 
     def heard(self, payload: str) -> None:
         """A probe came back: this way delivers (another beat's probe proves nothing)."""
-        if self._probe is not None and payload == self._probe[0]:
-            self._probe, self.proven, self.deaf = None, True, False
+        if self._probe is None or payload != self._probe[0]:
+            return
+        if not self.proven:
+            logger.info(
+                "%s delivers: its probe came back, beat relies on it",
+                self.what,
+                extra={"event": "listen_proven"},
+            )
+        self._probe, self.proven, self.deaf = None, True, False
 
     def wait(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` seconds; True when a schedule change woke us earlier.
