@@ -108,10 +108,11 @@ class Session:
     def _wait_for_migrations(self, missing: list[str]) -> None:
         """R32: a new beat met a database its deploy has not migrated yet: it fires nothing
         (the previous release's beat fires meanwhile; nothing is planned from memory) and
-        asks again at each retry. Said once, and again only if what is missing changes."""
+        asks again at each retry. Said once per wait (a ``migrate`` under way changes what
+        is missing at each step: not said again)."""
         self.ok = False
         connection.close()
-        if missing != self.missing:
+        if not self.missing:
             logger.warning(
                 "%s; beat waits for them, firing nothing, and looks again every %s (R32)",
                 schema.words(missing),

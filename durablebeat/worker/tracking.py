@@ -40,6 +40,8 @@ from django.db import DatabaseError, close_old_connections, connection
 from .. import conf, dbclock
 from ..core import clock
 from ..models import WorkerHeartbeat
+from ..schema import pending as pending_migrations
+from ..schema import words as missing_words
 from . import completion
 from .backlog import Write, backlog
 
@@ -109,9 +111,34 @@ def _guarded(what: str, write: Any) -> bool:
     except DatabaseError as exc:
         with contextlib.suppress(DatabaseError):
             connection.close()
-        logger.warning("could not record %s: %s", what, exc, extra={"event": "heartbeat_failed"})
+        _say_failed(what, exc)
         return False
+    _missing.clear()
     return True
+
+
+#: R32: durablebeat's migrations the database lacked at the last failed liveness write
+_missing: list[str] = []
+
+
+def _say_failed(what: str, exc: DatabaseError) -> None:
+    """A failed liveness write, logged. On a database that lacks durablebeat's migrations (a
+    deploy that started the worker before its ``migrate``), said once, not at every retry:
+    the worker runs its tasks meanwhile and keeps their records until the columns are there
+    (R22, R32)."""
+    try:
+        missing = pending_migrations()
+    except DatabaseError:
+        missing = []
+    if not missing:
+        logger.warning("could not record %s: %s", what, exc, extra={"event": "heartbeat_failed"})
+    elif not _missing:  # once per wait, as beat says it
+        logger.warning(
+            "%s; the worker runs its tasks and keeps their records until then (R32)",
+            missing_words(missing),
+            extra={"event": "migrations_pending"},
+        )
+    _missing[:] = missing
 
 
 def _record(what: str, event: completion.Started | completion.Finished) -> None:
