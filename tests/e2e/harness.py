@@ -173,6 +173,19 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
+    def check(self) -> tuple[int, list[dict[str, Any]]]:
+        """``manage.py durablebeat check --json``, the real command: exit code and findings."""
+        done = subprocess.run(
+            [sys.executable, "manage.py", "durablebeat", "check", "--json"],
+            cwd=ROOT,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.stdout.strip(), done.stderr[-3000:]
+        return done.returncode, json.loads(done.stdout)
+
     def stop_all(self) -> None:
         for proc in self.procs:
             proc.stop()

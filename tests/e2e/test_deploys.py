@@ -4,37 +4,20 @@ down past the bound is ``no_beat`` critical. ``check`` runs as the real command.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
-from typing import Any
 
 import pytest
 
 from durablebeat.enums import RunState
 from durablebeat.models import Run
 
-from .harness import ROOT, Cluster, Proc, wait_until
+from .harness import Cluster, Proc, wait_until
 
 pytestmark = [pytest.mark.e2e]
 
 RECORD = "tests.e2eapp.tasks.record"
 GRACE = 40  # DURABLEBEAT_DEPLOY_GRACE, s: the bound under test
 DOWN = 20  # a deploy's gap, s: less than the bound
-
-
-def _check(cluster: Cluster) -> tuple[int, list[dict[str, Any]]]:
-    done = subprocess.run(
-        [sys.executable, "manage.py", "durablebeat", "check", "--json"],
-        cwd=ROOT,
-        env=cluster.env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.stdout.strip(), done.stderr[-3000:]
-    return done.returncode, json.loads(done.stdout)
 
 
 def _succeeded_since(pk: int) -> int:
@@ -66,26 +49,26 @@ def test_a_deploy_inside_the_grace_is_quiet_and_one_held_past_it_is_no_beat(clus
     wait_until(lambda: "ready" in worker.log(), 60, what="worker ready")
     beat = _up(cluster)
     wait_until(lambda: _succeeded_since(0) >= 2, 60, what="two successes")
-    assert _check(cluster) == (0, [])
+    assert cluster.check() == (0, [])
 
     # A deploy: SIGTERM (a clean stop), down DOWN s, started again.
     stopped = time.monotonic()
     assert beat.terminate() == 0
     for at in (2, DOWN - 4):
         time.sleep(max(0.0, stopped + at - time.monotonic()))  # the gap is the input
-        assert _check(cluster) == (0, []), f"{at} s into the deploy"
+        assert cluster.check() == (0, []), f"{at} s into the deploy"
     time.sleep(max(0.0, stopped + DOWN - time.monotonic()))
     assert time.monotonic() - stopped < GRACE - 5, "the machine is too slow for this test"
     before = _last_run()
     beat = _up(cluster)
-    assert _check(cluster) == (0, []), "just after the new boot"
+    assert cluster.check() == (0, []), "just after the new boot"
     wait_until(lambda: _succeeded_since(before) >= 3, 90, what="three successes after")
-    assert _check(cluster) == (0, []), "after the deploy"
+    assert cluster.check() == (0, []), "after the deploy"
 
     # Held down past the bound: an outage, critical.
     assert beat.terminate() == 0
     time.sleep(GRACE + 1)  # the outage's length is the input
-    code, found = _check(cluster)
+    code, found = cluster.check()
     assert code == 2
     assert [(f["code"], f["severity"]) for f in found] == [("no_beat", "critical")]
     assert "deploy grace" in found[0]["message"]
