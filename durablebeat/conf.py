@@ -130,6 +130,13 @@ class Settings:
         return self._duration("LATE_AFTER", 10, high=DAY)
 
     @property
+    def ONE_OFF_LATE_WINDOW(self) -> dt.timedelta:
+        """A one-off (clocked) schedule found later than ``LATE_AFTER`` but within this
+        fires once, late, and is recorded as late; past it, it is missed (R31). 0: missed
+        as soon as it is late."""
+        return self._duration("ONE_OFF_LATE_WINDOW", 3600, high=MAX_STARTUP_GRACE)
+
+    @property
     def HEARTBEAT_INTERVAL(self) -> dt.timedelta:
         """How often a beat boot refreshes its heartbeat row and measures the clock (R17,
         R26); an idle beat wakes for nothing else, so this sets what idle costs (R28)."""

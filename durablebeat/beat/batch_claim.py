@@ -257,16 +257,23 @@ def insert_runs(fires: Sequence[ToFire], boot_id: uuid.UUID, now: dt.datetime) -
 
 
 def insert_run(
-    due: Due, fire: Fire, boot_id: uuid.UUID, now: dt.datetime, skipped: str | None = None
+    due: Due,
+    fire: Fire,
+    boot_id: uuid.UUID,
+    now: dt.datetime,
+    skipped: str | None = None,
+    late: str = "",
 ) -> Run | None:
-    """Insert one slot's run; ``skipped``: why it is recorded as skipped instead of fired.
-    None when the slot already has a run (not fired again) or when it was skipped."""
+    """Insert one slot's run; ``skipped``: why it is recorded as skipped instead of fired;
+    ``late``: why a one-off fires late (R31). None when the slot already has a run (not
+    fired again) or when it was skipped."""
     run = Run(
         schedule_id=due.id,
         slot=fire.slot,
         boot_id=boot_id,
         reason=fire.reason,
         claimed_at=now,
+        detail=late,
     )
     if skipped is not None:
         run.state, run.detail = RunState.SKIPPED, skipped

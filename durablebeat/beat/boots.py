@@ -17,6 +17,7 @@ from ..models import (
     Boot,
     Incident,
 )
+from ..words import duration_words
 
 logger = logging.getLogger("durablebeat")
 
@@ -100,6 +101,32 @@ def incident(
     kind: str, detail: str, now: dt.datetime, boot_id: uuid.UUID | None, count: int = 1
 ) -> None:
     Incident.objects.create(kind=kind, detail=detail, count=count, at=now, boot_id=boot_id)
+
+
+#: the most a reason holds in the ledger (``Run.detail``, ``MissedSlots.reason``)
+WHY_MAX = 280
+#: why a slot was found late when no beat was alive at it
+NO_BEAT = "no beat could fire it (none running, or the database unreachable)"
+
+
+def why_late(slot: dt.datetime, now: dt.datetime) -> str:
+    """R31: why a slot is found only at ``now``: a beat that was running at the slot (it
+    started before it and was heard from after it) found it late, by how much; else none
+    was running, or none could reach the database."""
+    ran = (
+        Boot.objects.filter(started_at__lte=slot, heartbeat_at__gte=slot)
+        .filter(Q(stopped_at__isnull=True) | Q(stopped_at__gte=slot))
+        .order_by("started_at")
+        .first()
+    )
+    if ran is None:
+        return NO_BEAT
+    why = (
+        f"beat {ran.hostname}:{ran.pid} was running at the slot, found "
+        f"{duration_words(now - slot)} late: it woke late (no wake-up came, it was busy or "
+        "the database did not answer) or stopped first"
+    )
+    return why[-WHY_MAX:]  # the ledger keeps 300 characters: a long host name loses its start
 
 
 def listen_deaf_alive() -> bool:

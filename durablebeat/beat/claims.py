@@ -38,15 +38,12 @@ from ..models import (
 )
 from ..validation import storable
 from . import batch_claim
-from .boots import dead_q
+from .boots import dead_q, why_late
 from .due import is_row_error
 from .liveness import dead_reason, mark_no_news_runs, worker_seen_at
 from .messages import Claim, Message, ToFire
 
 logger = logging.getLogger("durablebeat")
-
-
-NO_BEAT = "no beat could fire it (none running, or the database unreachable)"
 
 
 def _cas(due: Due, **changes: Any) -> bool:
@@ -74,11 +71,12 @@ def apply_miss(due: Due, action: Miss, boot_id: uuid.UUID, now: dt.datetime) -> 
             changes["enabled"] = False
         if not _cas(due, **changes):
             return False
-        _record_missed(due, action.missed, boot_id, now, NO_BEAT)
+        _record_missed(due, action.missed, boot_id, now)
         return True
 
 
-def _record_missed(due: Due, missed: Any, boot_id: uuid.UUID, now: dt.datetime, why: str) -> None:
+def _record_missed(due: Due, missed: Any, boot_id: uuid.UUID, now: dt.datetime) -> None:
+    why = why_late(missed.last, now)  # R31: a beat that woke late, or none that ran
     MissedSlots.objects.create(
         schedule_id=due.id,
         boot_id=boot_id,
@@ -285,9 +283,19 @@ def _claim_one(
     if not _cas(due, **changes):
         return None  # another beat has this slot
     if fire.missed is not None:
-        _record_missed(due, fire.missed, boot_id, now, NO_BEAT)
+        _record_missed(due, fire.missed, boot_id, now)
     skipped = _skip_reason(blocker) if blocker is not None else None
-    return batch_claim.insert_run(due, fire, boot_id, now, skipped)
+    late = ""
+    if fire.late is not None:  # R31: a one-off fired late says so, and why
+        late = f"fired late: {why_late(fire.slot, now)}"
+        logger.warning(
+            "late schedule=%s slot=%s: %s",
+            due.name,
+            fire.slot.isoformat(),
+            late,
+            extra={"event": "late", "schedule": due.name},
+        )
+    return batch_claim.insert_run(due, fire, boot_id, now, skipped, late)
 
 
 def claim_manual(row: Schedule, boot_id: uuid.UUID | None, now: dt.datetime) -> Claim:

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import DatabaseError, transaction
 
+from .. import conf
 from ..core import timing
 from ..core.policy import Defer, Fire, Miss, decide
 from ..enums import Kind
@@ -62,6 +63,7 @@ class Triage:
         fires: list[ToFire] = []
         wake: dt.datetime | None = None
         defaults = due_query.Defaults.now()
+        one_off_window = conf.settings.ONE_OFF_LATE_WINDOW  # R31
         for row in rows:
             try:
                 if row.next_fire_at is not None and row.next_fire_at > now:
@@ -79,7 +81,8 @@ class Triage:
                 with asking:
                     due = due_from_row(row, self.customs.get(row.name), defaults)
                     message = Message.for_row(row)
-                    action = decide(due, now, late_after, due.id in self.caught_up)
+                    caught_up = due.id in self.caught_up
+                    action = decide(due, now, late_after, caught_up, one_off_window)
                 _check_moves_on(action, now)
                 if isinstance(action, Fire):
                     fires.append(ToFire(due=due, fire=action, message=message))

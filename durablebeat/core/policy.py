@@ -43,6 +43,9 @@ class Fire:
     reason: str
     next_fire_at: dt.datetime | None
     missed: MissedRange | None = None
+    #: a one-off found this long after its slot, past ``late_after``: it fires once, late,
+    #: and its run says so (R31)
+    late: dt.timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -76,14 +79,22 @@ Action = Fire | Defer | Miss
 MAX_MISSED_COUNT = 100_000
 
 
-def decide(due: Due, now: dt.datetime, late_after: dt.timedelta, caught_up: bool) -> Action:
+def decide(
+    due: Due,
+    now: dt.datetime,
+    late_after: dt.timedelta,
+    caught_up: bool,
+    one_off_window: dt.timedelta = dt.timedelta(0),
+) -> Action:
     """The one decision for a due schedule.
 
-    ``late_after``: a slot older than this was not fired by a running beat in time, so it
-    passed while none was running (or none could reach the database): it is *missed*.
+    ``late_after``: a slot older than this was not fired in time (no beat ran, none could
+    reach the database, or a running one woke late): it is *missed*.
     ``caught_up``: this boot already fired a catch-up for this schedule (R8: at most one).
+    ``one_off_window``: a one-off older than ``late_after`` but within this fires once,
+    late (R31: its one slot is never lost silently to lateness).
     """
-    action = _decide(due, now, late_after, caught_up)
+    action = _decide(due, now, late_after, caught_up, one_off_window)
     spec = due.spec
     if isinstance(spec, timing.Solar) and action.next_fire_at is None:
         # R21: no sun event within the polar search bound: the row is set aside with why,
@@ -96,12 +107,18 @@ def decide(due: Due, now: dt.datetime, late_after: dt.timedelta, caught_up: bool
     return action
 
 
-def _decide(due: Due, now: dt.datetime, late_after: dt.timedelta, caught_up: bool) -> Action:
+def _decide(
+    due: Due,
+    now: dt.datetime,
+    late_after: dt.timedelta,
+    caught_up: bool,
+    one_off_window: dt.timedelta,
+) -> Action:
     spec = due.spec
     if isinstance(spec, timing.Custom):
         return _ask_custom(due, spec, now)
     if due.next_fire_at is None:
-        return _first_fire(due, now, late_after, caught_up)
+        return _first_fire(due, now, late_after, caught_up, one_off_window)
     if now - due.next_fire_at <= late_after:
         slot = due.next_fire_at
         return Fire(slot, due.next_fire_reason, timing.advance(spec, slot, now))
@@ -110,7 +127,7 @@ def _decide(due: Due, now: dt.datetime, late_after: dt.timedelta, caught_up: boo
         # on the grid that starts there (a relative one: on its chain, R25).
         return Defer(grace_slot(spec, now, due.startup_grace), Reason.STARTUP_GRACE)
     assert not isinstance(spec, timing.Custom)
-    return _missed(due, spec, due.next_fire_at, now, caught_up, late_after)
+    return _missed(due, spec, due.next_fire_at, now, caught_up, late_after, one_off_window)
 
 
 def grace_slot(spec: timing.Interval, now: dt.datetime, grace: dt.timedelta) -> dt.datetime:
@@ -134,14 +151,20 @@ def _ask_custom(due: Due, spec: timing.Custom, now: dt.datetime) -> Action:
     return Defer(ask_again, Reason.SCHEDULED)
 
 
-def _first_fire(due: Due, now: dt.datetime, late_after: dt.timedelta, caught_up: bool) -> Action:
+def _first_fire(
+    due: Due,
+    now: dt.datetime,
+    late_after: dt.timedelta,
+    caught_up: bool,
+    one_off_window: dt.timedelta,
+) -> Action:
     spec = due.spec
     if isinstance(spec, timing.Interval):
         return Defer(grace_slot(spec, now, due.startup_grace), Reason.STARTUP_GRACE)  # R2
     if isinstance(spec, timing.Clocked) and spec.at <= now:
         if now - spec.at <= late_after:
             return Fire(spec.at, Reason.SCHEDULED, None)
-        return _missed(due, spec, spec.at, now, caught_up, late_after)
+        return _missed(due, spec, spec.at, now, caught_up, late_after, one_off_window)
     assert not isinstance(spec, timing.Custom)  # decide asks a custom schedule itself
     return Defer(timing.next_slot(spec, now), Reason.SCHEDULED)
 
@@ -153,8 +176,10 @@ def _missed(
     now: dt.datetime,
     caught_up: bool,
     late_after: dt.timedelta,
+    one_off_window: dt.timedelta = dt.timedelta(0),
 ) -> Action:
-    """R8: slots in [first_due, now] were missed; a delivery schedule fires the latest once.
+    """R8: slots in [first_due, now] were missed; a delivery schedule fires the latest once,
+    a one-off its only slot within ``one_off_window`` (R31), late.
 
     The range recorded is exact (R27): a slot that fires now, as catch-up or because it is
     only late (due less than ``late_after`` ago), is not in it."""
@@ -168,6 +193,8 @@ def _missed(
         reason = Reason.SCHEDULED  # only late: it fires as scheduled, the rest are missed
     elif due.catch_up and not caught_up and now - latest <= due.catch_up_window:
         reason = Reason.CATCH_UP
+    elif isinstance(spec, timing.Clocked) and now - latest <= one_off_window:
+        return Fire(latest, Reason.SCHEDULED, next_fire, late=now - latest)
     else:
         return Miss(missed, next_fire)
     before = _slots(spec, since, latest - dt.timedelta(microseconds=1))

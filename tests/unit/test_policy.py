@@ -187,3 +187,24 @@ def test_the_model_choices_carry_the_cores_values():
         assert [m.name for m in plain] == list(choices.names)
         assert [m.value for m in plain] == list(choices.values)
         assert all(m == choices[m.name] and hash(m) == hash(choices[m.name]) for m in plain)
+
+
+# --- R31: a one-off is never lost silently to lateness -------------------------------------
+
+
+@pytest.mark.parametrize("stored", [None, T0], ids=["new", "stored"])
+def test_a_one_off_found_late_fires_once_late_within_its_window(stored):
+    once = timing.Clocked(T0)
+    action = decide(due(once, stored), T0 + 2 * M, LATE, False, 60 * M)
+    assert action == Fire(T0, Reason.SCHEDULED, None, late=2 * M)
+
+
+def test_a_one_off_past_its_window_is_missed():
+    once = timing.Clocked(T0)
+    action = decide(due(once, T0), T0 + 61 * M, LATE, False, 60 * M)
+    assert action == Miss(action.missed, None)
+
+
+def test_only_a_one_off_fires_late_a_crontab_slot_is_missed():
+    action = decide(due(AT_8, T0), T0 + 2 * M, LATE, False, 60 * M)
+    assert isinstance(action, Miss)
