@@ -23,6 +23,7 @@ def register() -> None:
     checks.register(check_scheduler_configured, "durablebeat")
     checks.register(check_code_schedules, "durablebeat")
     checks.register(check_database_backend, "durablebeat")
+    checks.register(check_pooled_cursors, "durablebeat")
 
 
 def check_time_zone_support(**kwargs: Any) -> list[checks.CheckMessage]:
@@ -148,3 +149,37 @@ def check_database_backend(**kwargs: Any) -> list[checks.CheckMessage]:
         " (docs/configuration.md: Supported versions)."
     )
     return [checks.Error(problem, hint=hint, id="durablebeat.E004")]
+
+
+#: what a pooler's address looks like: PgBouncer's port, Supabase's pooler port; the host
+#: names managed poolers and proxies give (Neon's ``-pooler``, RDS Proxy's ``.proxy-``)
+POOLER_PORTS = frozenset({6432, 6543})
+POOLER_HOSTS = ("pgbouncer", "pooler", ".proxy-")
+
+
+def check_pooled_cursors(**kwargs: Any) -> list[checks.CheckMessage]:
+    """W005: a PostgreSQL database that looks pooled (by its address: nothing is asked of
+    it) without ``DISABLE_SERVER_SIDE_CURSORS``. durablebeat reads with ``.iterator()``,
+    whose server-side cursor a pooler in transaction mode loses between transactions."""
+    found: list[checks.CheckMessage] = []
+    for alias, db in django_settings.DATABASES.items():
+        if "postgresql" not in str(db.get("ENGINE", "")) or db.get("DISABLE_SERVER_SIDE_CURSORS"):
+            continue
+        host, port = str(db.get("HOST") or "").lower(), str(db.get("PORT") or "")
+        pooled = port.isdigit() and int(port) in POOLER_PORTS
+        if not (pooled or any(mark in host for mark in POOLER_HOSTS)):
+            continue
+        found.append(
+            checks.Warning(
+                f"database {alias!r} ({host}:{port}) looks like a connection pooler, and "
+                "DISABLE_SERVER_SIDE_CURSORS is not set: in transaction pooling, durablebeat's "
+                "reads with .iterator() fail.",
+                hint=(
+                    "Set DISABLE_SERVER_SIDE_CURSORS = True on it (Django's advice for "
+                    "transaction pooling; docs/configuration.md: Behind a connection pooler), "
+                    "or silence durablebeat.W005 if it pools by session."
+                ),
+                id="durablebeat.W005",
+            )
+        )
+    return found

@@ -38,6 +38,7 @@ SEVERITIES = {
     "no_success": Severity.WARNING,
     "bad_row": Severity.WARNING,
     "clock_skew": Severity.WARNING,
+    "listen_deaf": Severity.WARNING,
     "database_unreachable": Severity.CRITICAL,
     "migrations_pending": Severity.WARNING,
     "database_error": Severity.CRITICAL,

@@ -24,6 +24,7 @@ from ..beat import dberrors
 from ..beat.boots import alive_q
 from ..conf import invalid_settings
 from ..models import Boot, Schedule
+from ..wakeup import LISTEN_DEAF
 from ..words import ago, duration_words
 from . import coverage
 from .findings import CODES as CODES
@@ -157,6 +158,23 @@ def find_database_errors(now: dt.datetime) -> list[Finding]:
     ]
 
 
+def find_listen_deaf(now: dt.datetime) -> list[Finding]:
+    """R31: a live beat whose LISTEN hears nothing (a pooler in transaction mode): it wakes
+    through the broker, and every save of a schedule publishes a wake-up there."""
+    deaf = Boot.objects.filter(alive_q(now), incident__kind=LISTEN_DEAF).distinct()
+    return [
+        Finding(
+            "listen_deaf",
+            f"beat {boot.hostname}:{boot.pid} (boot {boot.pk}): its LISTEN hears no "
+            "notification (a pooler in transaction mode?); it wakes through the broker, and "
+            "every save publishes a wake-up there. Fix: set DURABLEBEAT_LISTEN_DATABASE to "
+            "a database alias that reaches PostgreSQL directly, then restart beat "
+            "(docs/configuration.md: Behind a connection pooler)",
+        )
+        for boot in deaf.order_by("started_at")
+    ]
+
+
 FINDERS: tuple[Callable[[dt.datetime], list[Finding]], ...] = (
     find_no_beat,
     find_database_errors,
@@ -170,6 +188,7 @@ FINDERS: tuple[Callable[[dt.datetime], list[Finding]], ...] = (
     find_no_success,
     find_bad_rows,
     find_clock_skew,
+    find_listen_deaf,
 )
 
 

@@ -159,3 +159,41 @@ def test_a_listen_database_of_its_own_leaves_the_session_untagged(settings):
     with connection.cursor() as cur:
         cur.execute(f"SELECT current_setting('{notify.BEAT_SETTING}', true)")
         assert cur.fetchone()[0] in (None, "")
+
+
+# --- loud when it matters (issue 30 item 6) -------------------------------------------------
+
+
+def test_check_names_a_live_beats_deaf_listen_with_its_fix(wakeups):
+    from durablebeat.ops import health
+
+    assert "listen_deaf" not in {f.code for f in health.findings(clock.now())}
+    boots.incident(wakeup.LISTEN_DEAF, "deaf", clock.now(), wakeups.boot_id)
+    found = [f for f in health.findings(clock.now()) if f.code == "listen_deaf"]
+    assert len(found) == 1 and str(wakeups.boot_id) in found[0].message
+    assert "DURABLEBEAT_LISTEN_DATABASE" in found[0].message
+    boots.stop_boot(wakeups.boot_id, clock.now())  # a beat gone: nothing to fix any more
+    assert "listen_deaf" not in {f.code for f in health.findings(clock.now())}
+
+
+@pytest.mark.parametrize(
+    "database, warned",
+    [
+        ({"HOST": "127.0.0.1", "PORT": "6432"}, True),
+        ({"HOST": "db.x.pooler.supabase.com", "PORT": "5432"}, True),
+        ({"HOST": "app.proxy-abc.eu-west-1.rds.amazonaws.com", "PORT": ""}, True),
+        ({"HOST": "127.0.0.1", "PORT": "6432", "DISABLE_SERVER_SIDE_CURSORS": True}, False),
+        ({"HOST": "127.0.0.1", "PORT": "5432"}, False),
+    ],
+)
+def test_a_pooled_looking_database_without_disable_server_side_cursors_warns(
+    monkeypatch, database, warned
+):
+    from types import SimpleNamespace
+
+    from durablebeat import checks
+
+    pooled = {"ENGINE": "django.db.backends.postgresql", "NAME": "app"} | database
+    monkeypatch.setattr(checks, "django_settings", SimpleNamespace(DATABASES={"app": pooled}))
+    found = checks.check_pooled_cursors()
+    assert [m.id for m in found] == (["durablebeat.W005"] if warned else [])
