@@ -1,8 +1,8 @@
 """R32, expand then contract: every migration leaves the previous release able to do all it
 does against the migrated schema, while a deploy rolls and after a rollback.
 
-Two proofs. The schema: every NOT NULL column a migration added after 0001 has a default in
-the database (a release whose models do not name the column inserts without it). The code:
+Two proofs. The schema: every NOT NULL column a migration added to an existing table has a
+default in the database (a release whose models do not name the column inserts without it). The code:
 the previous release itself, checked out beside this tree (``git worktree``), runs against
 this database migrated to the newest migration (whatever migrations exist) and does what its
 beat, admin and worker do (``previous_release.py``); this release then reads what it wrote.
