@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,10 @@ from .beat.messages import Claim
 from .core import clock
 
 logger = logging.getLogger("durablebeat")
+#: Celery's beat logs each wake on its own logger; durablebeat's wakes are logged there alike
+celery_beat_logger = logging.getLogger("celery.beat")
+#: Celery's default ``beat_schedule_filename``: a beat started without ``-s``
+CELERY_SCHEDULE_FILE = "celerybeat-schedule"
 
 #: seconds before a planned wake that the adapter wakes: the tick runs as of the planned
 #: instant and has its first batch read and claimed when the instant comes; the claim
@@ -59,7 +64,9 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         #: puts back the app's configuration as it was before ``setup_schedule`` kept the
         #: settings Celery reads per message (``publishing.keep_per_message_conf``)
         self._unkeep_conf: Callable[[], None] | None = None
-        kwargs.pop("schedule_filename", None)
+        #: what ``-s`` and ``--max-interval`` (or their settings) asked for: said at boot (R30)
+        self._schedule_file = kwargs.pop("schedule_filename", None)
+        self._asked_max_interval = kwargs.get("max_interval") or app.conf.beat_max_loop_interval
         super().__init__(app, *args, lazy=True, **kwargs)
         self.max_interval: float = min(float(self.max_interval), conf.settings.MAX_INTERVAL)
 
@@ -70,6 +77,11 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         import django
 
         django.setup()
+        self._say_unused_options()
+        if "sentry_sdk" in sys.modules:  # R30: Sentry's integration, where Sentry is loaded
+            from . import sentry
+
+            sentry.connect(self.app)
         wakeup.mute()  # this beat's own writes wake no beat
         # R26: Celery turns a message's ``expires`` (seconds) into an instant with the app's
         # ``now()``, this host's clock: a beat behind the database's would send messages
@@ -92,6 +104,26 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             hold=self._hold,  # a tick run ahead commits its claims at its instant
         )
         self._listener.boot_id = self._engine.boot_id  # R31: a deaf LISTEN is this boot's
+
+    def _say_unused_options(self) -> None:
+        """R30: Celery beat's options that do not do here what Celery says, said at boot."""
+        asked = self._asked_max_interval
+        if asked and float(asked) > self.max_interval:
+            logger.warning(
+                "--max-interval %g s (beat_max_loop_interval) is more than "
+                "DURABLEBEAT_MAX_INTERVAL: beat sleeps at most %g s. It sleeps until the next "
+                "slot and a change wakes it; set DURABLEBEAT_MAX_INTERVAL to poll less often",
+                float(asked),
+                self.max_interval,
+                extra={"event": "option_capped", "option": "max_interval"},
+            )
+        if self._schedule_file and self._schedule_file != CELERY_SCHEDULE_FILE:
+            logger.warning(
+                "-s %s (beat_schedule_filename) is not used: durablebeat keeps its schedules "
+                "and their fires in the database, and reads or writes no schedule file",
+                self._schedule_file,
+                extra={"event": "option_unused", "option": "schedule_filename"},
+            )
 
     def _app_now(self) -> Any:
         return clock.now().astimezone(self.app.timezone)
@@ -142,7 +174,17 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             planned = now + dt.timedelta(seconds=interval)
             left = (planned - clock.now()).total_seconds()
             lead = LEAD if left > 2 * LEAD else 0.0
-            if not self._listener.wait(left - lead) and lead:  # R6: a change wakes it
+            debug = celery_beat_logger.isEnabledFor(logging.DEBUG)
+            if debug:  # R30: -l DEBUG says each wake, as Celery's beat does
+                celery_beat_logger.debug(
+                    "beat: Waking up in %.2f seconds (at %s), or on a change.",
+                    max(left, 0.0),
+                    planned.isoformat(timespec="milliseconds"),
+                )
+            woken = self._listener.wait(left - lead)  # R6: a change wakes it
+            if debug and woken:
+                celery_beat_logger.debug("beat: woken by a change.")
+            if not woken and lead:
                 self._ahead = planned
             return 0.0
         return interval

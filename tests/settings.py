@@ -152,6 +152,18 @@ if os.environ.get("E2E_ACCEPT_PICKLE") == "1":
 
 CELERY_BEAT_SCHEDULE = _beat_schedule_from_env(os.environ.get("E2E_BEAT_SCHEDULE", "{}"))
 
+# R30: processes with Sentry's Celery integration, its envelopes written to a file (no
+# network), and results that keep the periodic task's name (django-celery-results)
+if os.environ.get("E2E_SENTRY_ENVELOPES"):
+    from tests.e2eapp import sentry_capture
+
+    sentry_capture.init(os.environ["E2E_SENTRY_ENVELOPES"])
+if os.environ.get("E2E_OBSERVE"):  # Celery's signals and OpenTelemetry's spans, to a file
+    from tests.e2eapp import observers
+
+    observers.install(os.environ["E2E_OBSERVE"])
+CELERY_RESULT_EXTENDED = os.environ.get("E2E_RESULT_EXTENDED") == "1"
+
 # durablebeat logs one event per line ("fire schedule=... slot=... reason=..."); under
 # celery they go through celery's own handler, elsewhere through Django's console handler.
 LOGGING = {

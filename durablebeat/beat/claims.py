@@ -263,6 +263,7 @@ def _claim_of(run_id: int | None, task_id: str | None, f: ToFire, boot_id: uuid.
         reason=f.fire.reason,
         boot_id=boot_id,
         message=f.message,
+        spec=f.due.spec,
     )
 
 

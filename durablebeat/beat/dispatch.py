@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import signals
+from ..enums import RunState
 from .claims import mark_unpublishable
 from .live import LiveValues
 from .loop import Refused
@@ -168,6 +170,14 @@ def fail_refused(refused: list[tuple[Claim, str]], now: dt.datetime) -> None:
             by_error.setdefault(error, []).append(claim.run_id)
     for error, run_ids in by_error.items():
         mark_unpublishable(run_ids, error, now)
+    for claim, error in refused:  # R30: the run's outcome, to the hook
+        signals.send(
+            signals.run_finished,
+            claim.schedule,
+            outcome=RunState.FAILED.value,
+            error=error,
+            **claim.hook_args(),
+        )
 
 
 def log_fire(claim: Claim) -> None:
@@ -186,3 +196,5 @@ def log_fire(claim: Claim) -> None:
             "boot": str(claim.boot_id),
         },
     )
+    if signals.fired.receivers:  # R30: the hook (R28: else no cost)
+        signals.send(signals.fired, claim.schedule, spec=claim.spec, **claim.hook_args())

@@ -9,10 +9,17 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import celery
+
 from .. import validation
+from ..core import timing
 from ..core.policy import Due, Fire
 from ..models import MESSAGE_OPTIONS, Schedule
 from .codesync import CodeEntry
+
+#: Celery 5.5 and later mark each message its beat sends (``Scheduler.apply_async``); a
+#: message of durablebeat carries the same mark where the installed Celery would (R30)
+CELERY_BEAT_TASK = tuple(celery.VERSION[:2]) >= (5, 5)
 
 
 @dataclass(frozen=True)
@@ -56,7 +63,7 @@ class ToFire:
 
 @dataclass(frozen=True, kw_only=True)
 class Claim:
-    """A slot this beat owns and must publish. Built by keyword: eight fields, several of
+    """A slot this beat owns and must publish. Built by keyword: nine fields, several of
     one type."""
 
     run_id: int | None
@@ -67,6 +74,8 @@ class Claim:
     reason: str
     boot_id: uuid.UUID
     message: Message
+    #: the schedule's timing, for the hook (R30); None where the sender does not have it
+    spec: timing.Spec | None = None
 
     def with_arguments(
         self, args: list[Any], kwargs: dict[str, Any], callbacks: dict[str, Any] | None = None
@@ -79,11 +88,26 @@ class Claim:
         )
 
     def headers(self) -> dict[str, Any]:
+        """The message's headers: the schedule's own, durablebeat's, and Celery's beat's
+        conventions (R30): ``celery_beat_task`` (Celery 5.5+) and django-celery-beat's
+        ``periodic_task_name``, which django-celery-results stores with the result."""
+        beat_task = {"celery_beat_task": True} if CELERY_BEAT_TASK else {}
         return {
             **self.message.options.get("headers", {}),
+            **beat_task,
+            "periodic_task_name": self.schedule,
             "durablebeat_schedule": self.schedule,
             "durablebeat_slot": self.slot.isoformat(),
             "durablebeat_reason": self.reason,
             "durablebeat_boot": str(self.boot_id),
             "durablebeat_run": self.run_id,
+        }
+
+    def hook_args(self) -> dict[str, Any]:
+        """What the hook's signals say of this fire (``signals``, R30)."""
+        return {
+            "slot": self.slot,
+            "reason": self.reason,
+            "task_id": self.task_id,
+            "run_id": self.run_id,
         }

@@ -8,6 +8,7 @@ from typing import Any
 
 from kombu.exceptions import OperationalError
 
+from .. import signals
 from ..core import clock
 from ..enums import Source
 from ..models import Schedule
@@ -87,12 +88,15 @@ def send(app: Any, claim: Claim, producer: Any = None) -> None:
             "with that entry's values, which this process does not have"
         )
     options = {k: v for k, v in claim.message.options.items() if k != "headers"}
+    headers = claim.headers()
+    if signals.before_publish.receivers:  # R30: a monitor's headers (R28: else no cost)
+        headers |= signals.extra_headers(claim.schedule, spec=claim.spec, **claim.hook_args())
     app.send_task(
         claim.message.task,
         args=claim.message.args,
         kwargs=claim.message.kwargs,
         task_id=claim.task_id,
-        headers=claim.headers(),
+        headers=headers,
         producer=producer,
         **options,
     )
@@ -138,6 +142,7 @@ def _publish(claim: Claim, values: Sendable | None, app: Any) -> Claim:
     send(app, claim)
     if claim.run_id is not None:
         mark_published([claim.run_id], clock.now())
+    signals.send(signals.fired, claim.schedule, spec=claim.spec, **claim.hook_args())
     return claim
 
 

@@ -26,6 +26,7 @@ logs each one it drops.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import math
 import os
@@ -37,7 +38,7 @@ from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connection
 
-from .. import conf, dbclock
+from .. import conf, dbclock, signals
 from ..core import clock
 from ..models import WorkerHeartbeat
 from ..schema import pending as pending_migrations
@@ -146,6 +147,29 @@ def _record(what: str, event: completion.Started | completion.Finished) -> None:
     backlog.submit(Write(what, event))
 
 
+def _announce(request: Any, event: completion.Finished) -> None:
+    """R30: the run's outcome to the hook (``signals.run_finished``), from the headers
+    beat gave its message."""
+    if not signals.run_finished.receivers:
+        return
+
+    def header(name: str) -> Any:
+        return getattr(request, name, None) or (getattr(request, "headers", None) or {}).get(name)
+
+    slot = header("durablebeat_slot")
+    run_id = header("durablebeat_run")
+    signals.send(
+        signals.run_finished,
+        str(header(HEADER)),
+        slot=dt.datetime.fromisoformat(slot) if isinstance(slot, str) else None,
+        reason=str(header("durablebeat_reason") or ""),
+        task_id=event.task_id,
+        run_id=run_id if isinstance(run_id, int) else None,
+        outcome="succeeded" if event.succeeded else "failed",
+        error=event.error,
+    )
+
+
 # --- signal receivers --------------------------------------------------------------------
 
 
@@ -191,6 +215,7 @@ def on_postrun(
         error=error,
     )
     _record("the completion", event)
+    _announce(getattr(task, "request", None), event)
 
 
 def on_revoked(
@@ -215,6 +240,7 @@ def on_revoked(
         why = "revoked before it started"
     event = completion.Finished(task_id, clock.now(), succeeded=False, error=f"REVOKED: {why}")
     _record("the revoke", event)
+    _announce(request, event)
 
 
 def on_internal_error(

@@ -136,7 +136,8 @@ class Cluster:
         path = os.pathsep.join(p for p in (str(SKEW), os.environ.get("PYTHONPATH", "")) if p)
         return self.env(extra | {"PYTHONPATH": path, "E2E_CLOCK_OFFSET": str(clock_offset)})
 
-    def beat(self, clock_offset: float = 0, **extra: str) -> Proc:
+    def beat(self, clock_offset: float = 0, *, options: tuple[str, ...] = (), **extra: str) -> Proc:
+        """A ``celery beat``; ``options`` follow the harness's own (a later one wins)."""
         proc = Proc(
             self._name("beat"),
             [
@@ -146,13 +147,22 @@ class Cluster:
                 "--loglevel",
                 "INFO",
                 "--pidfile=",
+                *options,
             ],
             self.skewed(clock_offset, extra),
         )
         self.procs.append(proc)
         return proc
 
-    def worker(self, concurrency: int = 2, clock_offset: float = 0, **extra: str) -> Proc:
+    def worker(
+        self,
+        concurrency: int = 2,
+        clock_offset: float = 0,
+        *,
+        options: tuple[str, ...] = (),
+        **extra: str,
+    ) -> Proc:
+        """A ``celery worker``; ``options`` follow the harness's own (``-B``: beat inside)."""
         name = self._name("worker")
         proc = Proc(
             name,
@@ -167,6 +177,7 @@ class Cluster:
                 "--without-gossip",
                 "--without-mingle",
                 "--pidfile=",
+                *options,
             ],
             self.skewed(clock_offset, extra),
         )

@@ -39,6 +39,16 @@ def record_note(self, note: str) -> str:  # type: ignore[no-untyped-def]
 
 
 @shared_task(bind=True)
+def record_beat_mark(self) -> str:  # type: ignore[no-untyped-def]
+    """Records the ``celery_beat_task`` header the message arrived with (R30)."""
+    mark = getattr(self.request, "celery_beat_task", None)
+    if mark is None:
+        mark = (self.request.headers or {}).get("celery_beat_task")
+    _record(self, f"celery_beat_task={mark}")
+    return "recorded"
+
+
+@shared_task(bind=True)
 def record_values(self, every, stamp) -> str:  # type: ignore[no-untyped-def]
     """Records what its arguments arrived as (R25): a pickled timedelta and a value the beat
     computed at send time."""
