@@ -75,6 +75,7 @@ def _settle_in_doubt(loop: Loop, run: Run, now: dt.datetime) -> None:
         return
     try:
         message = Message.for_row(schedule)
+        spec = schedule.to_spec()  # for the hook (R30): a monitor checks the resend in
     except Exception as exc:  # R21: whatever the row raises, it alone is set aside
         if not is_row_error(exc):
             raise
@@ -91,6 +92,7 @@ def _settle_in_doubt(loop: Loop, run: Run, now: dt.datetime) -> None:
         reason=Reason.REPUBLISH,
         boot_id=loop.boot_id,
         message=message,
+        spec=spec,
     )
     failure = loop.try_publish(claim, now)
     if failure is None:

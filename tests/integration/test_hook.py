@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ from durablebeat import signals
 from durablebeat.beat import publishing
 from durablebeat.core import timing
 from durablebeat.enums import Reason, RunState
-from durablebeat.models import Run
+from durablebeat.models import Boot, Run
 from durablebeat.worker import tracking
 from project.celery import app
 
@@ -127,6 +128,27 @@ def test_every_message_carries_celerys_conventions_and_the_hooks_headers(
     assert plain["team"] == "ops" and plain["durablebeat_schedule"] == "job"
     assert "monitor-slug" not in plain
     assert hooked == plain | {"monitor-slug": "job"}
+
+
+def test_a_resend_of_a_dead_beats_claim_tells_the_hook_its_timing(
+    make_engine, make_schedule, publisher, t0, hear
+):
+    """R30 with R9: the in-doubt resend goes through the hook with the schedule's timing,
+    so that a monitor (Sentry Crons) checks the resent message in."""
+    heard = hear(signals.fired, Heard())
+    row = make_schedule("digest", kind="crontab", catch_up=True, next_fire_at=t0 + 30 * 60 * S)
+    boot = Boot.objects.create(
+        id=uuid.uuid4(), hostname="gone", pid=1, started_at=t0 - 60 * S, heartbeat_at=t0
+    )
+    Run.objects.create(schedule=row, slot=t0, boot=boot, claimed_at=t0, task_id="in-doubt")
+    make_engine().tick(t0 + 10 * 60 * S)  # the settle time passed: resent
+    [call] = heard.calls
+    assert (call["schedule"], call["reason"], call["task_id"]) == (
+        "digest",
+        Reason.REPUBLISH,
+        "in-doubt",
+    )
+    assert call["spec"] == timing.Crontab()
 
 
 class _Request:
