@@ -175,6 +175,13 @@ class Engine:
             # R5: the claim write failed; the slots still go out, the ledger catches up later.
             self._fire_unclaimed(fires, now, exc)
             return 0.0
+        claimed_ids = {c.schedule_id for c in claims}
+        for f in fires:
+            if f.due.id not in claimed_ids:
+                # Skipped (R14) or another beat's (R4): the row moved on all the same, and so
+                # does memory, which would otherwise fire that slot if the database went away
+                # before the next heartbeat refreshes it (R5).
+                self.memory.moved_on(f.due.name, f.fire.next_fire_at)
         if claims:
             # The first batch of a burst, or of any tick: its first message leaves at once.
             self._publish(fires, claims, now, first_alone=self._backlog_since is None)
