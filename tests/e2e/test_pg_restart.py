@@ -123,6 +123,8 @@ def _pgbouncer(server: OwnServer) -> Iterator[str]:
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
         f"auth_type = trust\nauth_file = {users}\npool_mode = transaction\n"
         "ignore_startup_parameters = extra_float_digits,options\n"
+        # its default (15 s) holds every query that long after a restart (docs: pooler)
+        "server_login_retry = 1\n"
         f"pidfile = {pid}\nlogfile = {server.data / 'pgb.log'}\n"
     )
     cmd = ["/usr/sbin/pgbouncer", "-d", str(ini)]
