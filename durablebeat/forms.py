@@ -19,7 +19,6 @@ from django.utils.dateparse import parse_duration as django_parse_duration
 
 from .beat import live
 from .core import timing
-from .enums import Reason
 from .models import MESSAGE_FIELDS, POLICY_FIELDS, TIMING_FIELDS, Schedule
 from .validation import DEPTH_ERROR, known_task_names, text_error
 from .words import parse_duration
@@ -247,30 +246,3 @@ def _without_code_markers(value: Any) -> Any:
             code="code_value",
         )
     return value
-
-
-def apply_edit_rules(row: Schedule, changed: set[str], is_new: bool, now: dt.datetime) -> list[str]:
-    """What an admin save does to the next fire; returns notes for the person.
-
-    A timing change makes it a new schedule: beat recomputes the next fire (interval: now +
-    startup grace; crontab: its next slot), unless the person set the next fire themselves.
-    Enabling a schedule whose stored next fire passed while it was disabled does the same,
-    so those slots are not reported as missed by a beat that was running all along.
-    """
-    notes: list[str] = []
-    if is_new:
-        return notes
-    if "enabled" in changed and row.enabled:
-        row.enabled_at = now  # check's no_success counts its periods from here
-    if "next_fire_at" in changed:
-        row.next_fire_reason = Reason.SCHEDULED
-        return notes
-    if changed & set(TIMING_FIELDS):
-        row.next_fire_at = None
-        row.next_fire_reason = Reason.SCHEDULED
-        notes.append("Timing changed: beat computes the next fire afresh.")
-    elif "enabled" in changed and row.enabled and row.next_fire_at and row.next_fire_at < now:
-        row.next_fire_at = None
-        row.next_fire_reason = Reason.SCHEDULED
-        notes.append("Enabled: its old next fire had passed, beat computes a new one.")
-    return notes

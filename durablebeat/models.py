@@ -3,12 +3,15 @@ and works on the small values these rows turn into."""
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+from django.db.models.sql import Query
 
 from . import wakeup
 from .core import clock, solar, timing
@@ -75,6 +78,7 @@ TIMING_FIELDS = (
     "longitude",
     "custom_schedule",
 )
+TIMING_FIELDS_SET = frozenset(TIMING_FIELDS)
 #: what beat does at a restart, a missed slot or a fire while one runs (R2, R8, R14)
 POLICY_FIELDS = ("startup_grace", "catch_up", "catch_up_window", "overlap")
 
@@ -94,27 +98,144 @@ class ClockDateTimeField(models.DateTimeField):  # type: ignore[type-arg]
         return super().pre_save(model_instance, add)
 
 
+#: what beat writes about a row, never checked as the editor's input
+BEAT_OWNED = frozenset({"error", "stuck_reason", "next_fire_reason", "last_outcome"})
+#: what the edit rules may write besides what the editor wrote
+EDIT_RULE_FIELDS = ("next_fire_at", "next_fire_reason", "enabled_at")
+
 #: the columns whose change wakes beat, as migration 0002's trigger has them on PostgreSQL:
 #: a new or reset next fire, enabling or disabling, a row error set or cleared. A worker
 #: writing a run's outcome (``last_completed_at``...) wakes nobody.
 WAKE_FIELDS = frozenset({"next_fire_at", "enabled", "error"})
 
 
+#: what an edit is judged by (``edit_rules``): a row remembers these as it was read, so that
+#: a save knows what changed, whoever edits it (R29)
+WATCHED_FIELDS = (*TIMING_FIELDS, "enabled", "enabled_at", "next_fire_at")
+
+
+def edit_rules(row: Schedule, changed: set[str], is_new: bool, now: dt.datetime) -> list[str]:
+    """What an edit does to the next fire, on every path (the admin, ``save()``,
+    ``bulk_update()``, the API); returns notes for a person (R2, R6, R29).
+
+    A timing change makes it a new schedule: beat recomputes the next fire (interval: now +
+    startup grace; crontab: its next slot), so no slot of the old timing fires after the
+    edit, unless the editor set the next fire themselves. Enabling a schedule whose stored
+    next fire passed while it was disabled does the same, so those slots are not reported
+    as missed by a beat that was running all along.
+    """
+    notes: list[str] = []
+    if is_new:
+        return notes
+    if "enabled" in changed and row.enabled and "enabled_at" not in changed:
+        row.enabled_at = now  # check's no_success counts its periods from here
+    if "next_fire_at" in changed:
+        row.next_fire_reason = Reason.SCHEDULED
+        return notes
+    if changed & TIMING_FIELDS_SET:
+        row.next_fire_at = None
+        row.next_fire_reason = Reason.SCHEDULED
+        notes.append("Timing changed: beat computes the next fire afresh.")
+    elif "enabled" in changed and row.enabled and row.next_fire_at and row.next_fire_at < now:
+        row.next_fire_at = None
+        row.next_fire_reason = Reason.SCHEDULED
+        notes.append("Enabled: its old next fire had passed, beat computes a new one.")
+    return notes
+
+
+def refuse_invalid(rows: Iterable[Schedule]) -> None:
+    """R20, R21, R29: every ORM write of a schedule is checked as ``full_clean`` checks it;
+    ``ValidationError`` names the field (and the schedule, when several are written)."""
+    errors: dict[str, list[str]] = {}
+    rows = list(rows)
+    many = len(rows) > 1
+    for row in rows:
+        problems = validate_schedule_fields(row)
+        try:
+            row.clean_fields(exclude={*problems, *BEAT_OWNED})
+        except ValidationError as exc:
+            problems |= {f: " ".join(m) for f, m in exc.message_dict.items()}
+        for name, message in problems.items():
+            errors.setdefault(name, []).append(
+                f"schedule {row.name!r}: {message}" if many else message
+            )
+    if errors:
+        raise ValidationError({name: _first(messages) for name, messages in errors.items()})
+
+
+def _first(messages: list[str], shown: int = 5) -> list[str]:
+    """A field's messages, the first few of a bulk write's and how many more."""
+    more = len(messages) - shown
+    return messages[:shown] + ([f"and {more} more schedules"] if more > 0 else [])
+
+
+class PartialIndex(models.Index):
+    """An index with a ``WHERE`` where the database has partial indexes (PostgreSQL,
+    SQLite), and the same index on the whole column elsewhere (MariaDB/MySQL), as Django
+    builds a conditional ``Index`` there. The condition is not Django's ``condition``, so
+    ``manage.py check`` on MariaDB is clean of durablebeat's models (Django's
+    ``models.W037`` warns that it would be ignored: the due query reads through the plain
+    index, tests/integration/test_mysql_index.py)."""
+
+    def __init__(self, *, where: Q, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.where = where
+
+    def _get_condition_sql(self, model: Any, schema_editor: Any) -> str | None:
+        if not schema_editor.connection.features.supports_partial_indexes:
+            return None
+        query = Query(model=model, alias_cols=False)
+        sql, params = query.build_where(self.where).as_sql(
+            query.get_compiler(connection=schema_editor.connection), schema_editor.connection
+        )
+        return str(sql % tuple(schema_editor.quote_value(p) for p in params))
+
+    def deconstruct(self) -> Any:
+        path, expressions, kwargs = super().deconstruct()
+        return path, expressions, {**kwargs, "where": self.where}
+
+
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
-    """Bulk writes wake beat as a save does (R6): the admin's enable, disable and reset
-    actions are updates, not saves."""
+    """Bulk writes follow the rules a save follows (R6, R29): they wake beat, a timing
+    change recomputes the next fire, and what can be checked is checked."""
 
     def update(self, **kwargs: Any) -> int:
+        if TIMING_FIELDS_SET & kwargs.keys() and "next_fire_at" not in kwargs:
+            # R29: the rows' old next fire belongs to the old timing. The new values
+            # themselves are not checked here (no row in hand): beat sets a bad one aside
+            # with its reason (R21).
+            kwargs |= {"next_fire_at": None, "next_fire_reason": Reason.SCHEDULED}
         n = super().update(**kwargs)
         if n and WAKE_FIELDS & kwargs.keys():
             wakeup.schedules_changed()
         return n
 
-    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[Schedule]:
+    def bulk_create(
+        self, objs: Any, *args: Any, _checked: bool = False, **kwargs: Any
+    ) -> list[Schedule]:
+        """``_checked``: the caller has checked every row as this would (``durablebeat.api``)."""
+        objs = list(objs)
+        for obj in objs:
+            obj.error = ""
+        if not _checked:
+            refuse_invalid(objs)
         created = super().bulk_create(objs, *args, **kwargs)
         if created:
             wakeup.schedules_changed()
         return created
+
+    def bulk_update(self, objs: Any, fields: Any, *args: Any, **kwargs: Any) -> int:
+        objs, fields = list(objs), list(fields)
+        if TIMING_FIELDS_SET & set(fields) or "enabled" in fields:
+            now = clock.now()
+            for obj in objs:
+                edit_rules(obj, obj.changed_fields(), False, now)
+            fields += [f for f in EDIT_RULE_FIELDS if f not in fields]
+        refuse_invalid(objs)
+        n = super().bulk_update(objs, fields, *args, **kwargs)
+        for obj in objs:
+            obj.remember_stored()
+        return n
 
 
 class Schedule(models.Model):
@@ -224,6 +345,13 @@ class Schedule(models.Model):
     )
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.DATABASE)
     removed_from_code_at = models.DateTimeField(null=True, blank=True, editable=False)
+    deleted_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="Deleted with its history kept (durablebeat.api.delete_schedule): it never "
+        "fires again; its runs stay in the ledger.",
+    )
 
     startup_grace = models.DurationField(
         null=True, blank=True, help_text="Empty: DURABLEBEAT_STARTUP_GRACE."
@@ -263,12 +391,12 @@ class Schedule(models.Model):
         ordering = ["name"]
         indexes = [
             # The due query: WHERE enabled AND next_fire_at <= %s ORDER BY next_fire_at.
-            models.Index(
-                fields=["next_fire_at"], condition=Q(enabled=True), name="durablebeat_due_idx"
+            PartialIndex(
+                fields=["next_fire_at"], where=Q(enabled=True), name="durablebeat_due_idx"
             ),
             # The boot-time code sync reads code-defined rows only, not every schedule (R6).
-            models.Index(
-                fields=["source"], condition=Q(source=Source.CODE), name="durablebeat_code_idx"
+            PartialIndex(
+                fields=["source"], where=Q(source=Source.CODE), name="durablebeat_code_idx"
             ),
         ]
 
@@ -276,12 +404,47 @@ class Schedule(models.Model):
         return self.name
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        # Any save through the model is an edit: beat validates the row afresh (R20).
+        """Every save is an edit checked as the admin checks one (R20, R21, R29): an invalid
+        value raises ``ValidationError`` naming the field, a timing change recomputes the
+        next fire, and beat validates the row afresh."""
         self.error = ""
-        super().save(*args, **kwargs)
+        is_new = self.pk is None  # a row built by hand with a pk is an edit of that row
         update_fields = kwargs.get("update_fields")
+        if not is_new:
+            before = (self.next_fire_at, self.next_fire_reason, self.enabled_at)
+            edit_rules(self, self.changed_fields(), False, clock.now())
+            after = (self.next_fire_at, self.next_fire_reason, self.enabled_at)
+            if update_fields is not None and before != after:
+                kwargs["update_fields"] = update_fields = {*update_fields, *EDIT_RULE_FIELDS}
+        refuse_invalid([self])
+        super().save(*args, **kwargs)
+        self.remember_stored()
         if update_fields is None or WAKE_FIELDS & set(update_fields):
             wakeup.schedules_changed()
+
+    @classmethod
+    def from_db(
+        cls, db: str | None, field_names: Collection[str], values: Collection[Any], **kwargs: Any
+    ) -> Schedule:
+        row: Schedule = super().from_db(db, field_names, values, **kwargs)
+        row.remember_stored()
+        return row
+
+    def remember_stored(self) -> None:
+        """Remember the watched values as stored now: the next save compares with them."""
+        loaded = self.__dict__
+        self._stored = {name: loaded[name] for name in WATCHED_FIELDS if name in loaded}
+
+    def changed_fields(self) -> set[str]:
+        """The watched fields this instance changed since it was read (a row built by hand
+        with a primary key is compared with the database's copy)."""
+        stored: dict[str, Any] | None = self.__dict__.get("_stored")
+        if stored is None or len(stored) < len(WATCHED_FIELDS):
+            values = Schedule.objects.filter(pk=self.pk).values(*WATCHED_FIELDS).first()
+            if values is None:
+                return set()
+            stored = {**values, **(stored or {})}
+        return {name for name in WATCHED_FIELDS if getattr(self, name) != stored[name]}
 
     def to_spec(self) -> timing.Spec:
         """The timing value of this row; raises ``timing.InvalidSchedule`` naming the field."""

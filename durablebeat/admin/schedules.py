@@ -22,8 +22,8 @@ from .. import words
 from ..beat import entry_options, live, publishing
 from ..core import clock, timing
 from ..enums import Reason, Source
-from ..forms import CODE_OWNED_FIELDS, ScheduleForm, ShownToTheSecondField, apply_edit_rules
-from ..models import LIMIT_FIELDS, MESSAGE_FIELDS, POLICY_FIELDS, Schedule
+from ..forms import CODE_OWNED_FIELDS, ScheduleForm, ShownToTheSecondField
+from ..models import LIMIT_FIELDS, MESSAGE_FIELDS, POLICY_FIELDS, Schedule, edit_rules
 from ..ops import health
 from . import timeline
 from .base import (
@@ -286,7 +286,7 @@ class ScheduleAdmin(GuardedAdmin):
     # --- saving -------------------------------------------------------------------------
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
-        notes = apply_edit_rules(obj, set(form.changed_data), not change, clock.now())
+        notes = edit_rules(obj, set(form.changed_data), not change, clock.now())
         super().save_model(request, obj, form, change)
         for note in notes:
             self.message_user(request, f"{obj.name}: {note}", messages.INFO)

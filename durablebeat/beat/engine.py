@@ -22,6 +22,7 @@ from django.db import DatabaseError, transaction
 from .. import conf
 from ..core import clock, timing
 from ..enums import Reason
+from ..validation import known_task_names
 from . import dberrors, dispatch, publishing
 from . import due as due_query
 from .claims import claim_or_split, mark_published
@@ -99,7 +100,7 @@ class Engine:
             self.boot_id, self.hostname, self.pid, self.code_entries, self.memory, sync_clock
         )
         customs = {e.name: e.spec for e in self.code_entries if isinstance(e.spec, timing.Custom)}
-        self.triage = Triage(self.boot_id, customs)
+        self.triage = Triage(self.boot_id, customs, known_task_names())
         live = {e.name: e.live for e in self.code_entries if e.live is not None}
         self.dispatcher = dispatch.Dispatcher(publish, publish_batch, broker_errors, live)
 

@@ -27,6 +27,16 @@ from .messages import Message, ToFire
 
 logger = logging.getLogger("durablebeat")
 
+
+def unregistered(task: str) -> str:
+    """Why a row naming a task nobody registered is set aside: said as such, never sent, so
+    never blamed on a worker that could not run it (R29)."""
+    return (
+        f"no task named {task!r} is registered in this beat's Celery app: never sent (a "
+        "typo, or a task module beat does not import)"
+    )
+
+
 _NOTHING = contextlib.nullcontext()
 
 
@@ -52,6 +62,9 @@ class Triage:
     boot_id: uuid.UUID
     #: the custom schedule objects of this beat's code, by schedule name (R25)
     customs: dict[str, timing.Custom] = field(default_factory=dict)
+    #: the task names this beat's Celery app has registered (None: it cannot know): a row
+    #: naming another task is set aside, never sent (R20, R29)
+    tasks: frozenset[str] | None = None
     #: schedules caught up in this boot (their next catch-up is not a boot's)
     caught_up: set[int] = field(default_factory=set)
     _said: set[tuple[int, str]] = field(default_factory=set)
@@ -69,6 +82,8 @@ class Triage:
                 if row.next_fire_at is not None and row.next_fire_at > now:
                     wake = _earlier(wake, row.next_fire_at)
                     continue
+                if self.tasks is not None and row.task not in self.tasks:
+                    raise timing.InvalidSchedule("task", unregistered(row.task))
                 if row.kind == Kind.CUSTOM and row.name not in self.customs:
                     # R25: its object lives in another version of the code (a rolling
                     # deploy): left to a beat that has it, never set aside for it

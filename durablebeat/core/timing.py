@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import calendar
 import dataclasses
+import functools
 from bisect import bisect_right
 from collections.abc import Iterator
 from datetime import MAXYEAR, MINYEAR, UTC, date, datetime, timedelta
@@ -175,6 +176,13 @@ def _zone(name: str) -> ZoneInfo:
 def _expand(name: str, value: object, size: int, low: int) -> frozenset[int]:
     if not isinstance(value, str):
         raise InvalidSchedule(name, f"must be a string, got {type(value).__name__}")
+    return _expand_text(name, value, size, low)
+
+
+@functools.lru_cache(maxsize=4096)
+def _expand_text(name: str, value: str, size: int, low: int) -> frozenset[int]:
+    """Pure, so kept: a burst or a bulk write reads the same few crontab fields thousands of
+    times (a refused value raises, and is not kept)."""
     for part in value.split(","):
         # Celery's parser ignores trailing text and reads any word whose first three letters
         # name a weekday or month in any field; check the whole part first, then let it expand.

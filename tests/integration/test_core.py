@@ -368,7 +368,7 @@ def test_due_query_uses_the_partial_index_on_postgres():
     Schedule.objects.bulk_create(
         Schedule(
             name=f"s{i}",
-            task="t",
+            task="tests.e2eapp.tasks.record",
             every=dt.timedelta(seconds=60),
             next_fire_at=timezone.now() + dt.timedelta(days=1 + i),
         )

@@ -2,10 +2,11 @@
 does against the migrated schema, while a deploy rolls and after a rollback.
 
 Two proofs. The schema: every NOT NULL column a migration added to an existing table has a
-default in the database (a release whose models do not name the column inserts without it). The code:
-the previous release itself, checked out beside this tree (``git worktree``), runs against
-this database migrated to the newest migration (whatever migrations exist) and does what its
-beat, admin and worker do (``previous_release.py``); this release then reads what it wrote.
+default in the database (a release whose models do not name the column inserts without
+it). The code: the previous release itself, checked out beside this tree (``git
+worktree``), runs against this database migrated to the newest migration (whatever
+migrations exist) and does what its beat, admin and worker do (``previous_release.py``);
+this release then reads what it wrote.
 """
 
 from __future__ import annotations
