@@ -25,7 +25,10 @@ def from_celery(schedule_: object, default_timezone: str, relative: bool = False
     ``relative`` is the entry's own ``relative`` key: Celery's beat applies it to a number or
     a ``timedelta`` only (``celery.schedules.maybe_schedule``); a ``schedule`` object keeps
     its own flag and a crontab ignores it. A relative interval counts its clock units in
-    ``default_timezone``, the zone of Celery's ``app.now()``."""
+    ``default_timezone``, the zone of Celery's ``app.now()``. A spec is taken as it is (the
+    API reads a stored schedule back so, ``durablebeat.api``)."""
+    if isinstance(schedule_, Interval | Crontab | Clocked | Solar):
+        return schedule_
     if isinstance(schedule_, solar):
         return Solar(schedule_.event, schedule_.lat, schedule_.lon)
     if isinstance(schedule_, crontab):

@@ -52,7 +52,12 @@ IGNORED_KEYS = ("name", "app", "total_run_count")
 
 
 class BadEntry(ImproperlyConfigured):
-    """A ``beat_schedule`` entry durablebeat cannot use; the message names it."""
+    """A ``beat_schedule`` entry durablebeat cannot use; the message names it, ``field``
+    the part at fault (a model field where there is one)."""
+
+    def __init__(self, message: str, field: str = "schedule") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,7 @@ class _Reader:
         self.where = where
 
     def bad(self, what: str, message: str) -> BadEntry:
-        return BadEntry(f"{self.where}: {what}: {message}")
+        return BadEntry(f"{self.where}: {what}: {message}", what)
 
     def typed(self, value: Any, what: str, types: tuple[type, ...], words: str) -> Any:
         if value is None:
@@ -172,11 +177,13 @@ def parse_entry(
     default_timezone: str,
     check_task: bool = True,
     serializer_of: Callable[[str], str] | None = None,
+    where: str | None = None,
 ) -> CodeEntry:
-    """One ``beat_schedule`` entry as a ``CodeEntry``; ``BadEntry`` names what is wrong."""
-    where = f"beat_schedule[{name!r}]"
+    """One ``beat_schedule`` entry as a ``CodeEntry``; ``BadEntry`` names what is wrong.
+    ``where``: how messages name the entry (``beat_schedule['name']``)."""
+    where = where or f"beat_schedule[{name!r}]"
     if not isinstance(name, str):
-        raise BadEntry(f"{where}: the entry's name must be a string")
+        raise BadEntry(f"{where}: the entry's name must be a string", "name")
     if not isinstance(entry, Mapping):
         raise BadEntry(f"{where} must be a dict, got {type(entry).__name__}")
     unknown = set(entry) - {*ENTRY_KEYS, *IGNORED_KEYS}
@@ -185,7 +192,7 @@ def parse_entry(
     read = _Reader(where)
     task = read.text(entry.get("task"), "task")
     if not task:
-        raise BadEntry(f"{where}: 'task' is required")
+        raise BadEntry(f"{where}: 'task' is required", "task")
     # Celery's ``relative=True`` (the entry's, or a ``schedule(..., relative=True)``'s)
     # rounds each run to the interval's clock unit; a crontab ignores it, as Celery's does
     # (R25).
@@ -204,23 +211,26 @@ def parse_entry(
         or {}
     )
     if unknown := set(policy) - POLICY_KEYS:
-        raise BadEntry(f"{where}: unknown options['durablebeat'] keys {sorted(unknown, key=repr)}")
+        keys = sorted(unknown, key=repr)
+        raise BadEntry(f"{where}: unknown options['durablebeat'] keys {keys}", "options")
     if refused := sorted(k for k in options if isinstance(k, str) and k in REFUSED_OPTIONS):
         reasons = "; ".join(f"{key} is refused: {REFUSED_OPTIONS[key]}" for key in refused)
-        raise BadEntry(f"{where}: {reasons}")
+        raise BadEntry(f"{where}: {reasons}", "options")
     try:
         superseded, links = entry_options.take_publish_options(options)
     except entry_options.BadCallback as exc:
-        raise BadEntry(f"{where}: {exc}") from exc
+        raise BadEntry(f"{where}: {exc}", "options") from exc
     if unknown := set(options) - {*MESSAGE_OPTIONS, "headers"}:
-        raise BadEntry(f"{where}: unsupported options {sorted(unknown, key=repr)}")
+        raise BadEntry(f"{where}: unsupported options {sorted(unknown, key=repr)}", "options")
     flags = {
         key: read.typed(policy.get(key, False), key, (bool,), "True or False")
         for key in ("catch_up", "take_over")
     }
     overlap = read.text(policy.get("overlap", Overlap.SKIP), "overlap")
     if overlap not in Overlap.values:
-        raise BadEntry(f"{where}: overlap must be one of {Overlap.values}, got {overlap!r}")
+        raise BadEntry(
+            f"{where}: overlap must be one of {Overlap.values}, got {overlap!r}", "overlap"
+        )
     message = read.message(options)
     stored_args, stored_kwargs, live = live_values.split(args or [], kwargs or {}, links)
     if live is not None and serializer_of is not None:
@@ -229,7 +239,7 @@ def parse_entry(
         # there, so it fails the boot here.
         serializer = message["serializer"] or serializer_of(task)
         if (error := live_values.serializer_error(live, serializer)) is not None:
-            raise BadEntry(f"{where}: {error}")
+            raise BadEntry(f"{where}: {error}", "args")
     code = CodeEntry(
         name=name,
         task=task,
@@ -256,7 +266,7 @@ def parse_entry(
     except ValidationError as exc:
         errors |= {f: " ".join(msgs) for f, msgs in exc.message_dict.items()}
     if errors:
-        raise BadEntry(f"{where}: {describe_errors(errors)}")
+        raise BadEntry(f"{where}: {describe_errors(errors)}", min(errors))
     return code
 
 
@@ -363,8 +373,8 @@ def _refuse_silent_takeover(row: Schedule, entry: CodeEntry) -> None:
     """A code entry named like a schedule made in the admin (or the ORM) would rewrite it
     at every boot: refused unless the entry says ``take_over``, and logged when done. A row
     the importer marked as code (its name was in ``beat_schedule``) is code already."""
-    if row.source == Source.CODE:
-        return
+    if row.source == Source.CODE or row.deleted_at is not None:
+        return  # code already, or deleted from code with its history kept: code may have it
     if not entry.take_over:
         raise BadEntry(
             f"beat_schedule[{entry.name!r}]: a schedule made in the admin has this name "
@@ -395,14 +405,16 @@ def _update(row: Schedule, entry: CodeEntry, now: dt.datetime) -> None:
             row.name,
             extra={"event": "code_timing_changed", "schedule": row.name},
         )
-    if row.source != Source.CODE or row.removed_from_code_at is not None:
+    if row.source != Source.CODE or row.removed_from_code_at or row.deleted_at:
         if not row.enabled:
             row.enabled_at = now  # back in code: its periods count from now
         row.source, row.removed_from_code_at, row.enabled = Source.CODE, None, True
+        row.deleted_at = None
     if timing_changed or before != _owned_values(row) or row.error:
         row.save()
 
 
 def _owned_values(row: Schedule) -> tuple[Any, ...]:
     names = ("task", *MESSAGE_FIELDS, *POLICY_FIELDS, "description")
-    return tuple(getattr(row, n) for n in (*names, "source", "removed_from_code_at", "enabled"))
+    state = ("source", "removed_from_code_at", "deleted_at", "enabled")
+    return tuple(getattr(row, n) for n in (*names, *state))

@@ -15,8 +15,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "docs" / "CONTRACT.md"
-RULES = range(1, 29)  # R1..R28
-SECTIONS = range(1, 12)  # §1..§11
+RULES = range(1, 30)  # R1..R29
+SECTIONS = range(1, 13)  # §1..§12
 
 RULE_DEFINITION = re.compile(r"^- \*\*R(\d+)\*\* ", re.MULTILINE)
 SECTION_DEFINITION = re.compile(r"^## §(\d+) ", re.MULTILINE)

@@ -1,0 +1,424 @@
+"""Schedules from your code (R29): create or replace, update, pause, resume, run now,
+delete, get and list, by name.
+
+Each call takes what a ``beat_schedule`` entry takes (a ``crontab``, a ``timedelta`` or
+seconds, ``schedule(...)``, ``solar``, an aware ``datetime`` for a one-off; ``args``,
+``kwargs``, message ``options``, ``options["durablebeat"]``) and checks it as the code sync,
+the admin and ``save()`` do: a bad value raises ``InvalidSchedule`` naming the field, and
+nothing is written. Writes are idempotent by name, so a deploy or a retried request may
+call them again. Inside a transaction, what is written fires only once it commits, and
+beat is woken on commit (never for a transaction that rolls back).
+
+A timing change takes effect at the next slot of the new timing: no slot of the old timing
+fires after the change commits (the edit rules of the admin, ``models.edit_rules``).
+
+docs/from-code.md is the guide; the names here are the whole public surface.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from django.db import connection, transaction
+
+from . import wakeup, words
+from .beat import publishing
+from .beat.codesync import CodeEntry, celery_timezone, parse_entry
+from .core import clock, timing
+from .core.errors import InvalidSchedule
+from .enums import Source
+from .models import (
+    EDIT_RULE_FIELDS,
+    MESSAGE_FIELDS,
+    MESSAGE_OPTIONS,
+    POLICY_FIELDS,
+    TIMING_FIELDS,
+    Schedule,
+    edit_rules,
+)
+
+__all__ = [
+    "InvalidSchedule",
+    "ScheduleInfo",
+    "ScheduleNotFound",
+    "Written",
+    "add_schedule",
+    "add_schedules",
+    "delete_schedule",
+    "get_schedule",
+    "list_schedules",
+    "pause_schedule",
+    "resume_schedule",
+    "run_now",
+    "update_schedule",
+]
+
+#: names looked up per query (well under every database's parameter limit)
+CHUNK = 1000
+#: what a replace or an update writes (``bulk_update``'s fields)
+_WRITTEN = (
+    "task",
+    *MESSAGE_FIELDS,
+    *TIMING_FIELDS,
+    *POLICY_FIELDS,
+    "description",
+    "enabled",
+    "deleted_at",
+    "error",
+    "updated_at",
+    *EDIT_RULE_FIELDS,
+)
+_UNSET: Any = object()
+
+
+class ScheduleNotFound(LookupError):
+    """No schedule of that name (or it was deleted)."""
+
+
+@dataclass(frozen=True)
+class ScheduleInfo:
+    """A schedule as the API reads it back."""
+
+    name: str
+    task: str
+    #: the timing in words ("every 5 minutes", "at 09:00 in Europe/Berlin")
+    schedule: str
+    enabled: bool
+    #: where it was made: "database" (the API, the admin) or "code" (``beat_schedule``)
+    source: str
+    next_fire_at: dt.datetime | None
+    #: the next fire in words, as the admin shows it ("in 4 minutes", "paused")
+    next_fire: str
+    last_fired_at: dt.datetime | None
+    #: the last run's state ("succeeded", "failed"...), "" before the first
+    last_outcome: str
+    #: why beat set the row aside (R21), "" when it is good
+    error: str
+    deleted_at: dt.datetime | None
+
+    @classmethod
+    def of(cls, row: Schedule, now: dt.datetime) -> ScheduleInfo:
+        return cls(
+            name=row.name,
+            task=row.task,
+            schedule=words.schedule_words(row),
+            enabled=row.enabled,
+            source=row.source,
+            next_fire_at=row.next_fire_at,
+            next_fire="deleted" if row.deleted_at else words.next_fire_words(row, now),
+            last_fired_at=row.last_fired_at,
+            last_outcome=row.last_outcome,
+            error=row.error,
+            deleted_at=row.deleted_at,
+        )
+
+
+@dataclass(frozen=True)
+class Written:
+    """What ``add_schedules`` did: rows created, rows replaced with other values, rows
+    already as given (left alone)."""
+
+    created: int
+    replaced: int
+    unchanged: int
+
+
+def add_schedule(
+    name: str,
+    task: str,
+    schedule: Any,
+    *,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+    relative: bool = False,
+    timezone: str | None = None,
+    paused: bool | None = None,
+) -> ScheduleInfo:
+    """Create the schedule ``name``, or replace everything it holds with these values (its
+    runs stay). ``timezone``: the IANA zone a crontab (or a relative interval) counts in;
+    None: Celery's (``celery_timezone``), as for a ``beat_schedule`` entry. ``paused``:
+    None keeps a replaced schedule paused or running as it was (a new one runs); True or
+    False sets it."""
+    entry = {
+        "timezone": timezone,
+        "task": task,
+        "schedule": schedule,
+        "args": list(args),
+        "kwargs": dict(kwargs or {}),
+        "options": dict(options or {}),
+        "relative": relative,
+    }
+    add_schedules({name: entry}, paused=paused)
+    return get_schedule(name)
+
+
+def add_schedules(
+    entries: Mapping[str, Mapping[str, Any]], *, paused: bool | None = None
+) -> Written:
+    """Create or replace many schedules in one transaction: ``entries`` is shaped as
+    ``beat_schedule`` is ({name: {"task": ..., "schedule": ...}}), each may add a
+    ``"timezone"`` (as ``add_schedule``'s). All or nothing: one bad entry raises
+    ``InvalidSchedule`` naming it, and none is written."""
+    now = clock.now()
+    parsed = [_parse(name, entry) for name, entry in entries.items()]
+    created, replaced, unchanged = [], [], 0
+    with transaction.atomic():
+        stored = _rows([code.name for code in parsed], lock=True)
+        for code in parsed:
+            row = stored.get(code.name)
+            if row is None:
+                row = Schedule(name=code.name, source=Source.DATABASE)
+                code.apply_to(row)
+                row.enabled = paused is not True
+                created.append(row)
+                continue
+            _refuse_code_owned(row)
+            before = _values(row)
+            code.apply_to(row)
+            if paused is not None:
+                row.enabled = not paused
+            if row.deleted_at is not None:
+                row.deleted_at, row.enabled = None, paused is not True
+            if _values(row) == before:
+                unchanged += 1
+                continue
+            _edited(row, now)
+            replaced.append(row)
+        Schedule.objects.bulk_create(created, batch_size=CHUNK, _checked=True)
+        _rewrite(replaced)
+    return Written(len(created), len(replaced), unchanged)
+
+
+def update_schedule(
+    name: str,
+    *,
+    task: str = _UNSET,
+    schedule: Any = _UNSET,
+    args: Sequence[Any] = _UNSET,
+    kwargs: Mapping[str, Any] = _UNSET,
+    options: Mapping[str, Any] | None = None,
+    relative: bool = _UNSET,
+    timezone: str = _UNSET,
+) -> ScheduleInfo:
+    """Change what is given, keep the rest (a new crontab counts in the schedule's zone
+    unless ``timezone`` is given). ``options`` are merged key by key into the schedule's
+    (``options["durablebeat"]`` too); give a key None to clear it."""
+    with transaction.atomic():
+        row = _row(name, lock=True)
+        _refuse_code_owned(row)
+        entry = _entry_of(row)
+        changes = {"task": task, "schedule": schedule, "relative": relative, "timezone": timezone}
+        entry |= {key: value for key, value in changes.items() if value is not _UNSET}
+        if timezone is not _UNSET and schedule is _UNSET:
+            entry["schedule"] = _in_zone(entry["schedule"], timezone)
+        if args is not _UNSET:
+            entry["args"] = list(args)
+        if kwargs is not _UNSET:
+            entry["kwargs"] = dict(kwargs)
+        for key, value in (options or {}).items():
+            if key == "durablebeat" and isinstance(value, Mapping):
+                entry["options"]["durablebeat"] |= dict(value)
+            else:
+                entry["options"][key] = value
+        entry["options"] = _without_none(entry["options"])
+        _parse(name, entry).apply_to(row)
+        _edited(row, clock.now())
+        row.save()
+    return ScheduleInfo.of(row, clock.now())
+
+
+def pause_schedule(name: str) -> ScheduleInfo:
+    """Stop firing until ``resume_schedule``; the slots meanwhile are not fired later."""
+    return _set_enabled(name, False)
+
+
+def resume_schedule(name: str) -> ScheduleInfo:
+    """Fire again from the next slot (a next fire that passed while paused is computed
+    afresh, not reported as missed)."""
+    return _set_enabled(name, True)
+
+
+def run_now(name: str) -> str:
+    """Send the schedule's task once now, outside its slots (a run with reason manual, as
+    the admin's "run now"); returns the task id. The broker's error, if any, is raised."""
+    claim = publishing.run_now(_row(name))
+    return claim.task_id
+
+
+def delete_schedule(name: str, *, history: Literal["keep", "remove"]) -> None:
+    """Delete the schedule; it never fires again. ``history="keep"``: its runs stay in the
+    ledger (``report``, the admin's runs and timeline) and the schedule is kept, marked
+    deleted; adding one of that name again takes it back, history and all.
+    ``history="remove"``: the schedule and every run of it are removed."""
+    if history not in ("keep", "remove"):
+        raise InvalidSchedule("history", f"must be 'keep' or 'remove', not {history!r}")
+    with transaction.atomic():
+        row = _row(name, lock=True)
+        _refuse_code_owned(row)
+        if history == "remove":
+            row.delete()
+            return
+        row.deleted_at, row.enabled, row.next_fire_at = clock.now(), False, None
+        row.save()
+
+
+def get_schedule(name: str) -> ScheduleInfo:
+    return ScheduleInfo.of(_row(name), clock.now())
+
+
+def list_schedules(*, include_deleted: bool = False) -> list[ScheduleInfo]:
+    """Every schedule by name, code's and the database's."""
+    rows = Schedule.objects.all()
+    if not include_deleted:
+        rows = rows.filter(deleted_at__isnull=True)
+    now = clock.now()
+    return [ScheduleInfo.of(row, now) for row in rows.order_by("name")]
+
+
+# --- the one write path's pieces ----------------------------------------------------------
+
+
+def _parse(name: str, entry: Mapping[str, Any]) -> CodeEntry:
+    """An entry read as the code sync reads one (R20, R21, R25); ``InvalidSchedule``."""
+    from celery import current_app
+    from django.core.exceptions import ImproperlyConfigured
+
+    where = f"schedule {name!r}"
+    entry = dict(entry)
+    zone = entry.pop("timezone", None) or celery_timezone(current_app)
+    try:
+        code = parse_entry(name, entry, zone, where=where)
+    except ImproperlyConfigured as exc:
+        field = getattr(exc, "field", "schedule")
+        problem = str(exc).removeprefix(f"{where}: ").removeprefix(f"{field}: ")
+        raise InvalidSchedule(field, f"{problem} ({where})") from exc
+    if isinstance(code.spec, timing.Custom):
+        raise InvalidSchedule(
+            "schedule", f"a custom schedule object lives in code: put it in beat_schedule ({where})"
+        )
+    if code.live is not None:
+        raise InvalidSchedule(
+            "args",
+            "args, kwargs and link callbacks must be JSON values here (a computed value or a "
+            f"Python object needs a beat_schedule entry) ({where})",
+        )
+    if code.take_over:
+        raise InvalidSchedule("options", f"take_over is for beat_schedule entries ({where})")
+    return code
+
+
+def _rows(names: Iterable[str], lock: bool = False) -> dict[str, Schedule]:
+    names = list(names)
+    found: dict[str, Schedule] = {}
+    for start in range(0, len(names), CHUNK):
+        rows = Schedule.objects.filter(name__in=names[start : start + CHUNK])
+        found |= {row.name: row for row in (rows.select_for_update() if lock else rows)}
+    return found
+
+
+def _row(name: str, lock: bool = False) -> Schedule:
+    row = _rows([name], lock).get(name)
+    if row is None or row.deleted_at is not None:
+        raise ScheduleNotFound(f"no schedule named {name!r}")
+    return row
+
+
+def _refuse_code_owned(row: Schedule) -> None:
+    if row.source == Source.CODE and row.removed_from_code_at is None:
+        raise InvalidSchedule(
+            "name",
+            f"schedule {row.name!r} is defined in beat_schedule: change it there (beat "
+            "rewrites it from code at every boot)",
+        )
+
+
+def _values(row: Schedule) -> tuple[Any, ...]:
+    return tuple(getattr(row, name) for name in _WRITTEN if name not in ("updated_at", "error"))
+
+
+def _rewrite(rows: list[Schedule]) -> None:
+    """Write every ``_WRITTEN`` column of rows already checked (``parse_entry``) and moved on
+    by the edit rules: one UPDATE statement by primary key, executed for each row in one
+    round of the driver's ``executemany`` (``bulk_update`` builds a CASE per column and
+    row: a minute for 10,000 schedules)."""
+    if not rows:
+        return
+    meta = Schedule._meta
+    fields = [f for f in meta.concrete_fields if f.name in _WRITTEN]
+    quote, pk = connection.ops.quote_name, meta.pk
+    assert pk is not None
+    sql = (
+        f"UPDATE {quote(meta.db_table)} SET "
+        + ", ".join(f"{quote(str(f.column))} = %s" for f in fields)
+        + f" WHERE {quote(str(pk.column))} = %s"
+    )
+    values = [
+        [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields] + [row.pk]
+        for row in rows
+    ]
+    with connection.cursor() as cur:
+        cur.executemany(sql, values)
+    for row in rows:
+        row.remember_stored()
+    wakeup.schedules_changed()  # where no trigger says it (R6)
+
+
+def _edited(row: Schedule, now: dt.datetime) -> None:
+    """An edit made here: the edit rules (a timing change recomputes the next fire), and
+    beat validates the row afresh."""
+    edit_rules(row, row.changed_fields(), False, now)
+    row.error, row.updated_at = "", now
+
+
+def _set_enabled(name: str, enabled: bool) -> ScheduleInfo:
+    with transaction.atomic():
+        row = _row(name, lock=True)
+        if row.enabled != enabled:
+            row.enabled = enabled
+            row.save()
+    return ScheduleInfo.of(row, clock.now())
+
+
+def _entry_of(row: Schedule) -> dict[str, Any]:
+    """A stored schedule as the ``beat_schedule`` entry that would make it."""
+    options: dict[str, Any] = {
+        option: getattr(row, name)
+        for option, name in MESSAGE_OPTIONS.items()
+        if getattr(row, name) not in ("", None)
+    }
+    if row.headers:
+        options["headers"] = dict(row.headers)
+    options["durablebeat"] = {
+        "catch_up": row.catch_up,
+        "catch_up_window": row.catch_up_window,
+        "startup_grace": row.startup_grace,
+        "overlap": row.overlap,
+        "description": row.description,
+    }
+    spec = row.to_spec()
+    return {
+        "timezone": row.timezone,
+        "task": row.task,
+        "schedule": spec,
+        "args": list(row.args),
+        "kwargs": dict(row.kwargs),
+        "options": options,
+        "relative": isinstance(spec, timing.Interval) and spec.relative,
+    }
+
+
+def _in_zone(spec: timing.Spec, zone: str) -> timing.Spec:
+    """A stored crontab or relative interval counted in another zone."""
+    if isinstance(spec, timing.Crontab) or (isinstance(spec, timing.Interval) and spec.relative):
+        return dataclasses.replace(spec, timezone=zone)
+    return spec
+
+
+def _without_none(options: dict[str, Any]) -> dict[str, Any]:
+    own = {k: v for k, v in options.pop("durablebeat", {}).items() if v is not None}
+    return {k: v for k, v in options.items() if v is not None} | {"durablebeat": own}

@@ -1,0 +1,310 @@
+"""Schedules from code (R29): ``durablebeat.api``, and plain ORM writes, meet the same rules:
+every bad value refused naming its field, a task nobody registered never sent, every timing
+edit honoured at the next slot of the new timing, whatever the path."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from celery.schedules import crontab
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.test import override_settings
+
+from durablebeat import api, wakeup
+from durablebeat.enums import Reason, RunState
+from durablebeat.models import Run, Schedule
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TASK = "tests.e2eapp.tasks.record"
+S = dt.timedelta(seconds=1)
+H = dt.timedelta(hours=1)
+
+
+@pytest.fixture
+def frozen(time_machine, t0):
+    time_machine.move_to(t0, tick=False)
+    return t0
+
+
+def digest(hour: int = 8, **extra: Any) -> dict[str, Any]:
+    options = {"durablebeat": {"overlap": "allow"}}
+    return {"task": TASK, "schedule": crontab(minute=0, hour=hour), "options": options} | extra
+
+
+# --- the API ------------------------------------------------------------------------------
+
+
+def test_add_creates_then_replaces_by_name_and_a_retry_changes_nothing(frozen):
+    info = api.add_schedule("digest-42", TASK, crontab(minute=0, hour=8), kwargs={"customer": 42})
+    assert (info.name, info.task, info.enabled, info.source) == (
+        "digest-42",
+        TASK,
+        True,
+        "database",
+    )
+    assert info.schedule == "At 08:00 (UTC)"
+    assert (
+        api.add_schedule("digest-42", TASK, crontab(minute=0, hour=8), kwargs={"customer": 42})
+        == info
+    )
+    assert api.add_schedules({"digest-42": digest(kwargs={"customer": 42})}).created == 0
+    replaced = api.add_schedule("digest-42", TASK, 3600, kwargs={"customer": 43})
+    assert replaced.schedule == "every 1 hour"
+    assert Schedule.objects.get().kwargs == {"customer": 43}
+    assert Schedule.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("entry", "field", "words"),
+    [
+        ({"schedule": -5}, "schedule", "positive"),
+        ({"task": "billing.tasks.ghost"}, "task", "billing.tasks.ghost"),
+        ({"options": {"queue": 5}}, "queue", "string"),
+        ({"schedule": dt.datetime(2030, 1, 1)}, "schedule", "aware"),
+        ({"args": [object()]}, "args", "JSON"),
+        ({"options": {"durablebeat": {"overlap": "sometimes"}}}, "overlap", "sometimes"),
+        ({"options": {"priority": 300}}, "priority", "255"),
+    ],
+)
+def test_a_bad_value_is_refused_naming_its_field_and_nothing_is_written(
+    frozen, entry, field, words
+):
+    with pytest.raises(api.InvalidSchedule) as refused:
+        api.add_schedules({"good": digest(), "bad": digest() | entry})
+    assert refused.value.field == field
+    assert words in str(refused.value) and "'bad'" in str(refused.value)
+    assert not Schedule.objects.exists()  # all or nothing
+
+
+def test_update_changes_what_is_given_and_keeps_the_rest(frozen):
+    api.add_schedule("r", TASK, 60, kwargs={"a": 1}, options={"queue": "q", "priority": 3})
+    api.update_schedule("r", options={"priority": None, "durablebeat": {"catch_up": True}})
+    row = Schedule.objects.get()
+    assert (row.queue, row.priority, row.catch_up, row.kwargs) == ("q", None, True, {"a": 1})
+    api.update_schedule("r", kwargs={"b": 2}, task=TASK)
+    assert Schedule.objects.get().kwargs == {"b": 2}
+    with pytest.raises(api.InvalidSchedule):
+        api.update_schedule("r", schedule=0)
+    assert Schedule.objects.get().every == 60 * S
+    with pytest.raises(api.ScheduleNotFound):
+        api.update_schedule("nobody", task=TASK)
+
+
+def test_a_schedule_defined_in_code_is_changed_in_code(make_engine, frozen):
+    make_engine({"nightly": {"task": TASK, "schedule": 3600}}).tick(frozen)
+    for write in (
+        lambda: api.add_schedule("nightly", TASK, 60),
+        lambda: api.update_schedule("nightly", schedule=60),
+        lambda: api.delete_schedule("nightly", history="remove"),
+    ):
+        with pytest.raises(api.InvalidSchedule, match="beat_schedule"):
+            write()
+    assert Schedule.objects.get().every == H
+
+
+def test_pause_and_resume(make_engine, publisher, frozen, time_machine):
+    api.add_schedule("p", TASK, 60, options={"durablebeat": {"overlap": "allow"}})
+    engine = make_engine()
+    engine.tick(frozen)
+    api.pause_schedule("p")
+    engine.tick(frozen + 10 * 60 * S)
+    assert publisher.slots() == []
+    assert api.get_schedule("p").next_fire == "disabled"
+    time_machine.move_to(frozen + 10 * 60 * S, tick=False)
+    api.resume_schedule("p")  # its passed next fire is computed afresh, not missed
+    for second in range(11 * 60, 13 * 60, 10):
+        engine.tick(frozen + second * S)
+    assert publisher.slots() == [frozen + 12 * 60 * S]  # now + startup grace (R2)
+    assert not Run.objects.filter(state=RunState.MISSED).exists()
+
+
+def test_delete_keeps_the_history_or_removes_it_as_asked(make_engine, publisher, frozen):
+    for name in ("kept", "gone"):
+        api.add_schedule(name, TASK, 60, options={"durablebeat": {"overlap": "allow"}})
+    engine = make_engine()
+    engine.tick(frozen)
+    engine.tick(frozen + 60 * S)
+    assert Run.objects.count() == 2
+    with pytest.raises(api.InvalidSchedule, match="keep"):
+        api.delete_schedule("kept", history="yes")  # type: ignore[arg-type]
+    api.delete_schedule("kept", history="keep")
+    api.delete_schedule("gone", history="remove")
+    assert list(Run.objects.values_list("schedule__name", flat=True)) == ["kept"]
+    assert [s.name for s in api.list_schedules()] == []
+    [deleted] = api.list_schedules(include_deleted=True)
+    assert (deleted.name, deleted.next_fire, deleted.enabled) == ("kept", "deleted", False)
+    with pytest.raises(api.ScheduleNotFound):
+        api.get_schedule("kept")
+    engine.tick(frozen + 5 * 60 * S)
+    assert len(publisher.slots()) == 2  # neither fires again
+    api.add_schedule("kept", TASK, 60)  # back, with its history
+    assert Run.objects.filter(schedule__name="kept").count() == 1
+    assert api.get_schedule("kept").enabled
+
+
+def test_made_in_a_transaction_that_rolls_back_never_fires(make_engine, publisher, frozen):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        api.add_schedule("never", TASK, 60)
+        raise RuntimeError("the request failed")
+    assert not Schedule.objects.exists()
+    make_engine().tick(frozen + H)
+    assert publisher.slots() == []
+
+
+@override_settings(DURABLEBEAT_LISTEN_NOTIFY=False, DURABLEBEAT_BROKER_WAKE=True)
+def test_beat_is_woken_once_on_commit_not_before(frozen, monkeypatch):
+    sent: list[int] = []
+    monkeypatch.setattr(wakeup, "send", lambda: sent.append(1))
+    with transaction.atomic():
+        api.add_schedule("a", TASK, 60)
+        api.add_schedules({f"t-{i}": digest() for i in range(3)})
+        assert sent == []
+    assert sent == [1]
+    with pytest.raises(RuntimeError), transaction.atomic():
+        api.add_schedule("b", TASK, 60)
+        raise RuntimeError
+    assert sent == [1]
+
+
+def test_run_now_sends_once_with_a_manual_run(frozen, settings):
+    import redis
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client.flushdb()
+    api.add_schedule("now", TASK, 3600, kwargs={"x": 1})
+    task_id = api.run_now("now")
+    run = Run.objects.get()
+    assert (run.task_id, run.reason) == (task_id, Reason.MANUAL)
+    [message] = [json.loads(m) for m in client.lrange("celery", 0, -1)]
+    assert message["headers"]["id"] == task_id
+    client.flushdb()
+
+
+def test_many_at_once_created_then_replaced(make_engine, publisher, frozen):
+    first = api.add_schedules({f"tenant-{i}": digest(8) for i in range(2500)})
+    assert first == api.Written(created=2500, replaced=0, unchanged=0)
+    make_engine().tick(frozen)  # beat gives each its next fire: 08:00 tomorrow
+    moved = {f"tenant-{i}": digest(9) for i in range(0, 2500, 2)}
+    same = {f"tenant-{i}": digest(8) for i in range(1, 2500, 2)}
+    assert api.add_schedules(moved | same) == api.Written(created=0, replaced=1250, unchanged=1250)
+    fires = dict(Schedule.objects.values_list("name", "next_fire_at"))
+    assert fires["tenant-0"] is None and fires["tenant-1"] is not None  # R29: only the moved
+
+
+# --- one rule for every write path (R20, R21, R29) -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"kind": "crontab", "hour": "25"}, "hour"),
+        ({"kind": "crontab", "timezone": "Mars/Olympus"}, "timezone"),
+        ({"task": "billing.tasks.ghost"}, "task"),
+        ({"every": dt.timedelta(0)}, "every"),
+        ({"queue": "q" * 500}, "queue"),
+    ],
+)
+def test_plain_orm_writes_refuse_a_bad_value_naming_the_field(frozen, fields, field):
+    base = {"name": "orm", "task": TASK, "kind": "interval", "every": H} | fields
+    for write in (
+        lambda: Schedule.objects.create(**base),
+        lambda: Schedule.objects.bulk_create([Schedule(**base)]),
+    ):
+        with pytest.raises(ValidationError) as refused:
+            write()
+        assert field in refused.value.message_dict
+    row = Schedule.objects.create(name="orm", task=TASK, every=H)
+    for name, value in fields.items():
+        setattr(row, name, value)
+    with pytest.raises(ValidationError) as refused:
+        row.save()
+    assert field in refused.value.message_dict
+    with pytest.raises(ValidationError):
+        Schedule.objects.bulk_update([row], list(fields))
+
+
+def test_a_bad_value_written_by_update_is_set_aside_with_its_reason(
+    make_engine, make_schedule, publisher, frozen
+):
+    for name in ("good", "typo", "hour"):
+        make_schedule(name, every=60, next_fire_at=frozen)
+    Schedule.objects.filter(name="typo").update(task="billing.tasks.ghost")
+    Schedule.objects.filter(name="hour").update(kind="crontab", hour="25", next_fire_at=frozen)
+    make_engine().tick(frozen)
+    assert [c.schedule for c in publisher.claims] == ["good"]  # never sent, R29
+    typo = Schedule.objects.get(name="typo")
+    assert "no task named 'billing.tasks.ghost' is registered" in typo.error
+    assert "hour" in Schedule.objects.get(name="hour").error
+    assert not Run.objects.filter(schedule__name__in=["typo", "hour"]).exists()  # no one blamed
+
+
+# --- every timing edit takes effect at the next slot of the new timing (R29) --------------
+
+
+def _via_api(row: Schedule) -> None:
+    api.update_schedule(row.name, schedule=crontab(minute=0, hour=9))  # in its own zone
+
+
+def _via_save(row: Schedule) -> None:
+    row.hour = "9"
+    row.save()
+
+
+def _via_save_update_fields(row: Schedule) -> None:
+    row.hour = "9"
+    row.save(update_fields=["hour"])
+
+
+def _via_update(row: Schedule) -> None:
+    Schedule.objects.filter(pk=row.pk).update(hour="9")
+
+
+def _via_bulk_update(row: Schedule) -> None:
+    row.hour = "9"
+    Schedule.objects.bulk_update([row], ["hour"])
+
+
+def _via_unloaded_instance(row: Schedule) -> None:
+    fresh = Schedule(**{f.attname: getattr(row, f.attname) for f in Schedule._meta.concrete_fields})
+    fresh.hour = "9"
+    fresh.save()
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        _via_api,
+        _via_save,
+        _via_save_update_fields,
+        _via_update,
+        _via_bulk_update,
+        _via_unloaded_instance,
+    ],
+)
+def test_a_timing_edit_never_fires_the_old_slot(
+    make_engine, publisher, frozen, edit: Callable[[Schedule], None]
+):
+    """The reported case: a digest at 08:00 Europe/Berlin (07:00 UTC) moved to 09:00 from
+    code fired once more at 08:00. Here it fires at 09:00 Berlin, and never at 08:00."""
+    morning = frozen.replace(hour=5)  # 06:00 in Berlin (UTC+1 in March)
+    api.add_schedule(
+        "digest",
+        TASK,
+        crontab(minute=0, hour=8),
+        timezone="Europe/Berlin",
+        options={"durablebeat": {"overlap": "allow"}},
+    )
+    engine = make_engine()
+    engine.tick(morning)
+    row = Schedule.objects.get()
+    assert row.next_fire_at == morning.replace(hour=7)
+    edit(row)
+    for minute in range(0, 4 * 60, 5):  # 06:00 .. 10:00 Berlin, a tick every 5 minutes
+        engine.tick(morning + minute * 60 * S)
+    assert publisher.slots() == [morning.replace(hour=8)]  # 09:00 Berlin
