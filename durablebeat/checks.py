@@ -10,6 +10,7 @@ from django.core import checks
 from . import conf
 from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
 from .beat.dberrors import unsupported_backend
+from .validation import known_task_names, task_name_error
 
 SCHEDULER_PATH = "durablebeat.schedulers:DurableScheduler"
 
@@ -126,17 +127,48 @@ def check_scheduler_configured(**kwargs: Any) -> list[checks.CheckMessage]:
 
 
 def check_code_schedules(**kwargs: Any) -> list[checks.CheckMessage]:
+    """E003: a ``beat_schedule`` entry beat would refuse at boot, a task-name typo included
+    (R20, R29); W006: the task modules could not be imported to check the names."""
     app = _celery_app()
+    beat_schedule = app.conf.beat_schedule or {}
+    problems: list[checks.CheckMessage] = []
+    names = None
+    if beat_schedule:
+        try:
+            # Importing the task modules runs the checks again (celery's Django fix-up):
+            # known_task_names imports once per process and not from inside itself.
+            names = known_task_names()
+        except Exception as exc:  # the project's own modules: any error they raise
+            problems.append(
+                checks.Warning(
+                    f"could not import the Celery task modules to check beat_schedule's task "
+                    f"names: {type(exc).__name__}: {exc}",
+                    hint="beat checks them when it boots, and refuses an unknown one.",
+                    id="durablebeat.W006",
+                )
+            )
     try:
-        # Task names, and the serializer a task's arguments go out with (R25), are checked
-        # when beat boots: importing task modules from inside a system check would run the
-        # checks again (celery's Django fix-up). The entries Celery's beat installs itself
-        # (defaults.py) are durablebeat's own and valid; deciding whether they apply builds
-        # the result backend, which a system check in a web process must not need.
-        parse_beat_schedule(app.conf.beat_schedule or {}, celery_timezone(app), check_task=False)
+        # The serializer a task's arguments go out with (R25) is checked when beat boots. The
+        # entries Celery's beat installs itself (defaults.py) are durablebeat's own and valid;
+        # deciding whether they apply builds the result backend, which a system check in a
+        # web process must not need.
+        parse_beat_schedule(beat_schedule, celery_timezone(app), check_task=False)
     except BadEntry as exc:
-        return [checks.Error(str(exc), id="durablebeat.E003")]
-    return []
+        problems.append(checks.Error(str(exc), id="durablebeat.E003"))
+    if names is not None:
+        problems += [
+            checks.Error(
+                f"beat_schedule[{name!r}]: task: {task_name_error(entry['task'])}",
+                hint="A typo, or a task module the Celery app does not import "
+                "(CELERY_IMPORTS, autodiscover_tasks).",
+                id="durablebeat.E003",
+            )
+            for name, entry in beat_schedule.items()
+            if isinstance(entry, dict)
+            and isinstance(entry.get("task"), str)
+            and entry["task"] not in names
+        ]
+    return problems
 
 
 def check_database_backend(**kwargs: Any) -> list[checks.CheckMessage]:

@@ -77,6 +77,13 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         import django
 
         django.setup()
+        from django.conf import settings as django_settings
+        from django.core.exceptions import ImproperlyConfigured
+
+        if not django_settings.USE_TZ:  # R26: every instant beat stores is an aware UTC one
+            raise ImproperlyConfigured(
+                "durablebeat needs USE_TZ = True in the Django settings (durablebeat.E001)"
+            )
         self._say_unused_options()
         if "sentry_sdk" in sys.modules:  # R30: Sentry's integration, where Sentry is loaded
             from . import sentry

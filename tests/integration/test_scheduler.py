@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from celery.schedules import crontab
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 
 from durablebeat import checks as db_checks
 from durablebeat.schedulers import DurableScheduler
@@ -112,7 +113,7 @@ def test_another_beat_scheduler_is_w001(monkeypatch):
 def test_a_bad_beat_schedule_entry_is_e003_naming_it(monkeypatch):
     bad = {
         "broken-digest": {
-            "task": "x.y",
+            "task": "tests.e2eapp.tasks.record",
             "schedule": crontab(),
             "options": {"durablebeat": {"catchup": True}},
         }
@@ -121,6 +122,28 @@ def test_a_bad_beat_schedule_entry_is_e003_naming_it(monkeypatch):
     found = db_checks.check_code_schedules()
     assert _ids(found) == ["durablebeat.E003"]
     assert "broken-digest" in found[0].msg and "catchup" in found[0].msg
+
+
+def test_a_task_name_typo_in_beat_schedule_is_e003_naming_the_entry(monkeypatch):
+    """R29: the typo beat would refuse at boot, said by ``manage.py check`` first."""
+    entries = {
+        "good": {"task": "tests.e2eapp.tasks.record", "schedule": 60},
+        "typo": {"task": "tests.e2eapp.tasks.recrod", "schedule": 60},
+    }
+    monkeypatch.setitem(app.conf, "beat_schedule", entries)
+    found = db_checks.check_code_schedules()
+    assert _ids(found) == ["durablebeat.E003"]
+    assert "beat_schedule['typo']" in found[0].msg
+    assert "'tests.e2eapp.tasks.recrod'" in found[0].msg
+
+
+@pytest.mark.django_db(transaction=True)
+def test_beat_refuses_to_start_without_use_tz_naming_the_setting(settings):
+    settings.USE_TZ = False
+    scheduler = DurableScheduler(app)
+    with pytest.raises(ImproperlyConfigured, match="USE_TZ = True"):
+        scheduler.tick()
+    scheduler.close()
 
 
 def test_the_system_check_never_builds_the_result_backend(monkeypatch):
