@@ -36,15 +36,21 @@ if TYPE_CHECKING:
 
 def known_task_names() -> frozenset[str] | None:
     """Task names registered in the current Celery app, or None when that cannot be known."""
+    registry = _registry()
+    return None if registry is None else frozenset(registry.keys())
+
+
+def _registry() -> Any:
+    """The current Celery app's task registry, its task modules imported; None for the
+    default app: nobody configured Celery in this process, so there is no registry to check
+    against, and refusing every name would be wrong."""
     from celery import current_app
 
     app = current_app._get_current_object()
     if app.main is None and not app.conf.get("include") and not app.conf.get("imports"):
-        # The default app: nobody configured Celery in this process, so there is no
-        # registry to check against; refusing every name would be wrong.
         return None
     _import_task_modules(app)
-    return frozenset(app.tasks.keys())
+    return app.tasks
 
 
 _importing = False
@@ -66,8 +72,8 @@ def _import_task_modules(app: Any) -> None:
 
 
 def task_name_error(name: str) -> str | None:
-    names = known_task_names()
-    if names is None or name in names:
+    registry = _registry()
+    if registry is None or name in registry:
         return None
     return f"no task named {name!r} is registered in the Celery app"
 
