@@ -109,7 +109,7 @@ class ScheduleInfo:
             enabled=row.enabled,
             source=row.source,
             next_fire_at=row.next_fire_at,
-            next_fire="deleted" if row.deleted_at else words.next_fire_words(row, now),
+            next_fire=words.next_fire_words(row, now),
             last_fired_at=row.last_fired_at,
             last_outcome=row.last_outcome,
             error=row.error,

@@ -121,11 +121,14 @@ def _polar_words(row: Schedule, now: dt.datetime) -> str | None:
 
 
 def next_fire_words(row: Schedule, now: dt.datetime) -> str:
-    """The admin's and status's "next fire": "in 4 min", "due now", "overdue 3 h", "disabled".
+    """The admin's and status's "next fire": "in 4 min", "due now", "overdue 3 h", "disabled",
+    "deleted".
 
     A slot passed by less than ``LATE_AFTER`` is beat's next look (at most ``MAX_INTERVAL``
     away), not a problem: it reads "due now".
     """
+    if row.deleted_at is not None:
+        return "deleted"  # with its history kept (R29)
     if not row.enabled:
         return "disabled"
     if row.error:

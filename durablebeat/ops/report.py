@@ -72,6 +72,8 @@ class Report:
     by_reason: dict[str, int]
     by_schedule: dict[str, int]
     overfired: list[Overfire] = field(default_factory=list)
+    #: schedules among ``by_schedule`` deleted with their history kept (R29)
+    deleted: frozenset[str] = frozenset()
 
     @property
     def total(self) -> int:
@@ -84,6 +86,7 @@ class Report:
             "total_fires": self.total,
             "fires_by_reason": self.by_reason,
             "fires_by_schedule": self.by_schedule,
+            "deleted_schedules": sorted(self.deleted),
             "boots": [
                 {
                     "id": str(b.id) if b.id else None,
@@ -236,6 +239,11 @@ def build_report(since: dt.datetime, until: dt.datetime) -> Report:
         by_reason={r: by_reason[r] for r in Reason.values if r in by_reason},
         by_schedule=by_schedule,
         overfired=find_overfired(since, until),
+        deleted=frozenset(
+            Schedule.objects.filter(name__in=by_schedule, deleted_at__isnull=False).values_list(
+                "name", flat=True
+            )
+        ),
     )
 
 
@@ -274,7 +282,7 @@ def format_report(report: Report) -> str:
     lines.append("")
     lines.append("fires per schedule:")
     for name, n in report.by_schedule.items():
-        lines.append(f"  {name}: {n}")
+        lines.append(f"  {name}{' (deleted)' if name in report.deleted else ''}: {n}")
     if not report.by_schedule:
         lines.append("  (none)")
     lines.append("")

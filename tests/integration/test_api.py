@@ -18,6 +18,7 @@ from django.test import override_settings
 from durablebeat import api, wakeup
 from durablebeat.enums import Reason, RunState
 from durablebeat.models import Run, Schedule
+from durablebeat.ops.report import build_report, format_report
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -141,6 +142,8 @@ def test_delete_keeps_the_history_or_removes_it_as_asked(make_engine, publisher,
     assert (deleted.name, deleted.next_fire, deleted.enabled) == ("kept", "deleted", False)
     with pytest.raises(api.ScheduleNotFound):
         api.get_schedule("kept")
+    report = build_report(frozen - H, frozen + H)
+    assert "  kept (deleted): 1" in format_report(report).splitlines()  # the ledger says it
     engine.tick(frozen + 5 * 60 * S)
     assert len(publisher.slots()) == 2  # neither fires again
     api.add_schedule("kept", TASK, 60)  # back, with its history
