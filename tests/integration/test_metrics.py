@@ -150,6 +150,8 @@ def test_check_findings_are_exported(situation, t0):
         "database_error": 0,
         "check_failed": 0,
         "bad_setting": 0,
+        "migrations_pending": 0,
+        "listen_deaf": 0,
     }
     assert value(samples, "durablebeat_database_up") == 1
 
