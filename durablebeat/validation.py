@@ -62,8 +62,8 @@ def _import_task_modules(app: Any) -> None:
     # Importing runs Django's system checks (celery's Django fix-up), which may validate
     # schedules again: that inner call must not import a second time.
     global _importing
-    if _importing:
-        return
+    if _importing or getattr(app.loader, "worker_initialized", False):
+        return  # a worker or beat imported them at its start (the loader's init_worker)
     _importing = True
     try:
         app.loader.import_default_modules()
