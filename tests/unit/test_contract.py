@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "docs" / "CONTRACT.md"
-RULES = range(1, 31)  # R1..R30
+RULES = range(1, 33)  # R1..R32
 SECTIONS = range(1, 13)  # §1..§12
 
 RULE_DEFINITION = re.compile(r"^- \*\*R(\d+)\*\* ", re.MULTILINE)
