@@ -227,8 +227,7 @@ def update_schedule(
                 entry["options"][key] = value
         entry["options"] = _without_none(entry["options"])
         _parse(name, entry).apply_to(row)
-        _edited(row, clock.now())
-        row.save()
+        row.save()  # the edit rules and the checks, as every save (models.Schedule.save)
     return ScheduleInfo.of(row, clock.now())
 
 
@@ -369,8 +368,9 @@ def _rewrite(rows: list[Schedule]) -> None:
 
 
 def _edited(row: Schedule, now: dt.datetime) -> None:
-    """An edit made here: the edit rules (a timing change recomputes the next fire), and
-    beat validates the row afresh."""
+    """A replace written by ``_rewrite``, which does not go through ``save()``: what a save
+    does to it, the edit rules (a timing change recomputes the next fire) and a fresh look
+    by beat."""
     edit_rules(row, row.changed_fields(), False, now)
     row.error, row.updated_at = "", now
 
