@@ -245,6 +245,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
         super().close()
         if self._unkeep_conf is not None:
             self._unkeep_conf()  # last: nothing here may keep the boot's stop unwritten
+        wakeup.mute(False)  # set at setup: this process's saves wake beats again
 
     @property
     def info(self) -> str:

@@ -55,10 +55,11 @@ deaf_beat_alive: Callable[[], bool] | None = None
 _deaf_seen: tuple[float, bool] = (-DEAF_CACHE, False)
 
 
-def mute() -> None:
-    """This process is a beat: its writes wake nobody."""
+def mute(muted: bool = True) -> None:
+    """This process is a beat: its writes wake nobody (``mute(False)`` when its scheduler
+    closes: a process that goes on, as a test run or an embedded beat's host, saves as any)."""
     global _muted
-    _muted = True
+    _muted = muted
 
 
 def needed() -> bool:

@@ -17,6 +17,20 @@ def t0() -> dt.datetime:
     return T0
 
 
+@pytest.fixture(autouse=True)
+def _wakeup_state() -> Any:
+    """The wake-up sender's process state (R6, R31) ends with its test: a scheduler built
+    in process mutes it (as in a real beat), a broker error backs it off, a read caches the
+    deaf beats. Left over, a later test's process saved as a muted beat would, and an e2e
+    saver through a deaf LISTEN woke no beat (issue 30's transaction-mode probe)."""
+    from durablebeat import wakeup
+
+    yield
+    wakeup.mute(False)
+    wakeup._broken_until = 0.0
+    wakeup._deaf_seen = (-wakeup.DEAF_CACHE, False)
+
+
 class RecordingPublisher:
     """Stands in for the broker in integration tests of the engine's database logic; the
     e2e tests use the real broker."""

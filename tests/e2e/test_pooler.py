@@ -74,16 +74,7 @@ def _relied_on(beat: Proc, mode: str) -> None:
     wait_until(lambda: time.monotonic() > trusted, 10, what="the savers' view")
 
 
-KNOWN_DEAF = pytest.mark.xfail(
-    strict=False,
-    reason="issue 30, open: in the whole suite's run (stop 27's CI run, after the other e2e "
-    "tests in one process) a beat that had found LISTEN deaf and proven the broker slept to "
-    "its 20-s heartbeat through six saves (found 13 s late); alone it passes (5 of 5). Cause "
-    "not found yet: whether the saver published or beat waited on the wrong channel",
-)
-
-
-@pytest.mark.parametrize("mode", [pytest.param("transaction", marks=KNOWN_DEAF), "session"])
+@pytest.mark.parametrize("mode", ["transaction", "session"])
 def test_one_offs_due_a_second_after_their_save_all_go_out_through_pgbouncer(pooled, mode):
     _through(pooled, mode)
     beat = pooled.beat()

@@ -8,6 +8,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from durablebeat import checks as db_checks
+from durablebeat import wakeup
 from durablebeat.schedulers import DurableScheduler
 from project.celery import app
 
@@ -33,7 +34,9 @@ def test_close_may_be_called_twice_after_a_tick():
 
     scheduler = DurableScheduler(app)
     scheduler.tick()
+    assert not wakeup.needed()  # R6: a beat's own writes wake no beat
     scheduler.close()
+    assert wakeup.needed()  # the process that goes on saves as any (issue 30's probe)
     stopped_at = Boot.objects.get().stopped_at
     assert stopped_at is not None
     scheduler.close()
