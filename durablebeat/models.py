@@ -195,16 +195,38 @@ class PartialIndex(models.Index):
         return path, expressions, {**kwargs, "where": self.where}
 
 
+def _where(condition: Q, value: Any, field: str) -> models.Case:
+    """``value`` in the rows that meet ``condition``, the field's own value in the others."""
+    return models.Case(models.When(condition, then=models.Value(value)), default=models.F(field))
+
+
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
     """Bulk writes follow the rules a save follows (R6, R29): they wake beat, a timing
     change recomputes the next fire, and what can be checked is checked."""
 
     def update(self, **kwargs: Any) -> int:
-        if TIMING_FIELDS_SET & kwargs.keys() and "next_fire_at" not in kwargs:
+        """``edit_rules`` in SQL: what each row was decides, as a save's changed fields."""
+        if kwargs.get("enabled") is True:
+            # A row enabled again: check's no_success counts its periods from now, and a
+            # next fire that passed while it was disabled is computed afresh, its slots
+            # meanwhile neither fired late nor reported missed (R2).
+            now, was_off = clock.now(), Q(enabled=False)
+            kwargs.setdefault("enabled_at", _where(was_off, now, "enabled_at"))
+            passed = was_off & Q(next_fire_at__lt=now)
+            if not (TIMING_FIELDS_SET | {"next_fire_at"}) & kwargs.keys():
+                kwargs["next_fire_at"] = _where(passed, None, "next_fire_at")
+                kwargs.setdefault(
+                    "next_fire_reason", _where(passed, Reason.SCHEDULED, "next_fire_reason")
+                )
+        if "next_fire_at" in kwargs:
+            kwargs.setdefault("next_fire_reason", Reason.SCHEDULED)
+        elif TIMING_FIELDS_SET & kwargs.keys():
             # R29: the rows' old next fire belongs to the old timing. The new values
             # themselves are not checked here (no row in hand): beat sets a bad one aside
             # with its reason (R21).
             kwargs |= {"next_fire_at": None, "next_fire_reason": Reason.SCHEDULED}
+        if "enabled" in kwargs:  # set last: MySQL's SET reads the columns it already set
+            kwargs["enabled"] = kwargs.pop("enabled")
         n = super().update(**kwargs)
         if n and WAKE_FIELDS & kwargs.keys():
             wakeup.schedules_changed()
