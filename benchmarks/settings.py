@@ -15,6 +15,8 @@ DATABASES = {
         os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/durablebeat_bench")
     )
 }
+if os.environ.get("BENCH_DB_POOLED") == "1":  # through PgBouncer's transaction pooling (R31)
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 DEBUG = False  # as in production: Django keeps no log of every query
 CELERY_BROKER_URL = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/13")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
