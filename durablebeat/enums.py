@@ -61,6 +61,13 @@ class RunState(models.TextChoices):
     MISSED = "missed", "Missed"  #: not sent: the slot could not go out while it was worth sending
 
 
+#: the detail of a run the result backend finished that no worker ever reported started:
+#: its worker runs without durablebeat's tracking (``check`` finding ``untracked_worker``).
+#: Here, not in ``worker.completion``, because the runs index check reads by is declared
+#: on the model (``durablebeat_run_flagged_idx``) and names it
+UNTRACKED = "executed per the result backend; no worker reported it"
+
+
 class Failure(models.TextChoices):
     """Why a failed run failed, where the ledger knows more than its error (R21). Blank: the
     task's body failed, or the run did not fail."""

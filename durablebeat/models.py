@@ -15,7 +15,7 @@ from django.db.models.sql import Query
 
 from . import wakeup
 from .core import clock, solar, timing
-from .enums import Failure, Kind, Overlap, Reason, RunState, Source
+from .enums import UNTRACKED, Failure, Kind, Overlap, Reason, RunState, Source
 from .validation import validate_schedule_fields
 
 #: A schedule's fields by what they are about: the one place that names them together (the
@@ -550,7 +550,10 @@ class Boot(models.Model):
 class Run(models.Model):
     """The ledger row of one fire, or of one slot that was skipped or missed (R3, R11)."""
 
-    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs")
+    #: no index of its own: ``durablebeat_one_run_per_slot`` starts with it (see Meta)
+    schedule = models.ForeignKey(
+        Schedule, on_delete=models.CASCADE, related_name="runs", db_index=False
+    )
     slot = models.DateTimeField()
     boot = models.ForeignKey(Boot, null=True, blank=True, on_delete=models.SET_NULL)
     reason = models.CharField(max_length=16, choices=Reason.choices, default=Reason.SCHEDULED)
@@ -576,18 +579,41 @@ class Run(models.Model):
     )
 
     class Meta:
+        # Every index here is named by a query that reads through it; a query of the ledger
+        # reads a bounded range of one, so it costs the same with a year of runs as with
+        # none (issue 31; benchmarks/deep_ledger.py). Each index costs every claim and
+        # every confirmation, so none is here without its query (0016 dropped two).
+        # - primary key: the confirming UPDATE ... WHERE id = ANY (beat/batch_claim.py)
+        # - task_id (unique, from the field): a worker's start and completion by task id
+        #   (worker/completion.py), the result backend's reconciliation (R13)
+        # - boot_id (from the field): a boot's fires (report, the boots list), and
+        #   ON DELETE SET NULL when an old boot row is removed
         ordering = ["-slot"]
         constraints = [
-            # R4: one fire per slot, whatever runs at once.
+            # R4: one fire per slot, whatever runs at once. Also every read of one
+            # schedule's runs (the timeline's lanes, a schedule's history, the overlap
+            # look, the cascade when a schedule is deleted): it starts with schedule_id
             models.UniqueConstraint(
                 fields=["schedule", "slot"], name="durablebeat_one_run_per_slot"
             )
         ]
         indexes = [
+            # in-flight and recent runs by state: check's lost, unresolved and no-news
+            # findings, the in-doubt look at boot (R9), orphan reclaim (R15)
             models.Index(fields=["state", "claimed_at"], name="durablebeat_run_state_idx"),
+            # a schedule's runs in one state: overlap=skip's "a run in flight?" (R14)
             models.Index(fields=["schedule", "state"], name="durablebeat_run_sched_idx"),
             # R18: the report and the timeline's fires per deploy count a window's runs
             models.Index(fields=["claimed_at"], name="durablebeat_run_claimed_idx"),
+            # the admin's runs list: newest first (ordering), its date drill-down's edges
+            models.Index(fields=["slot"], name="durablebeat_run_slot_idx"),
+            # check's untracked_worker and unpublishable findings: the few runs flagged so,
+            # by when they ended (a whole column on MariaDB/MySQL, see PartialIndex)
+            PartialIndex(
+                fields=["finished_at"],
+                where=Q(detail=UNTRACKED) | Q(failure=Failure.UNPUBLISHABLE),
+                name="durablebeat_run_flagged_idx",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -3,16 +3,19 @@ liveness rows; view permission shows them, nobody edits history here."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
-from django.db import DatabaseError
-from django.db.models import Count, Max, Min, Q, QuerySet
+from django.core.paginator import Paginator
+from django.db import DatabaseError, connections
+from django.db.models import Count, Exists, Max, Min, OuterRef, Q, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.functional import cached_property
 from django.utils.html import format_html
 
 from .. import conf, words
@@ -24,6 +27,86 @@ from ..ops import backfill
 from .base import ReadOnlyAdmin, local, outcome_html
 
 logger = logging.getLogger("durablebeat")
+
+
+class _SlotYears(QuerySet[Run]):
+    """The runs list's queryset: the date drill-down's years (Django's ``datetimes(slot,
+    "year")``, a ``DISTINCT`` over every run) are found by one probe of the slot index per
+    year instead: the first slot, then the first slot of each later year (issue 31)."""
+
+    def datetimes(self, field_name: str, kind: Any, *args: Any, **kwargs: Any) -> Any:
+        if field_name != "slot" or kind != "year" or args or kwargs:
+            return super().datetimes(field_name, kind, *args, **kwargs)
+        years: list[dt.datetime] = []
+        after = None
+        while True:
+            rows = self if after is None else self.filter(slot__gte=after)
+            first = rows.aggregate(first=Min("slot"))["first"]
+            if first is None:
+                return years
+            local = timezone.localtime(first)
+            years.append(local.replace(month=1, day=1, hour=0, minute=0, second=0, microsecond=0))
+            if local.year == dt.MAXYEAR:
+                return years
+            after = timezone.make_aware(dt.datetime(local.year + 1, 1, 1))
+
+
+#: a list filter offers its choices while they are this few; past it, a list of links
+#: nobody scans (the schedule's own page links to its runs, the search finds it by name)
+FILTER_CHOICES = 200
+
+
+class WithRunsFilter(admin.RelatedOnlyFieldListFilter):
+    """Django's "only those with runs", asked per schedule (or boot) of the run index
+    (``EXISTS``) instead of reading every run's key: the same choices, at a cost that does
+    not grow with the ledger (issue 31). With more than ``FILTER_CHOICES`` of them, only
+    the one chosen is shown (a link to a schedule's runs still filters)."""
+
+    def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> Any:
+        related = field.related_model._default_manager
+        chosen = self.lookup_val
+        if related.count() > FILTER_CHOICES:
+            rows = related.filter(pk__in=chosen) if chosen else related.none()
+            return [(row.pk, str(row)) for row in rows]
+        has_runs = Exists(Run.objects.filter(**{field.name: OuterRef("pk")}))
+        ordering = self.field_admin_ordering(field, request, model_admin)
+        return field.get_choices(
+            include_blank=False, limit_choices_to=Q(has_runs), ordering=ordering
+        )
+
+    def has_output(self) -> bool:
+        return super().has_output() or bool(self.lookup_val)
+
+
+class LedgerPaginator(Paginator):  # type: ignore[type-arg]
+    """The unfiltered list of a large ledger says its size from PostgreSQL's statistics
+    (``pg_class.reltuples``, kept by (auto)analyze) instead of counting every row, as
+    ``COUNT(*)`` must: a count that takes seconds at millions of runs (issue 31). Exact
+    below ``ESTIMATE_FROM`` rows, filtered, and on other databases."""
+
+    ESTIMATE_FROM = 100_000
+
+    @cached_property
+    def count(self) -> int:
+        query = getattr(self.object_list, "query", None)
+        if query is not None and not query.where:
+            estimate = _estimated_rows(self.object_list)
+            if estimate is not None and estimate >= self.ESTIMATE_FROM:
+                return estimate
+        return int(super().count)
+
+
+def _estimated_rows(queryset: Any) -> int | None:
+    connection = connections[queryset.db]
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples FROM pg_class WHERE oid = %s::regclass",
+            [queryset.model._meta.db_table],
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row and row[0] >= 0 else None
 
 
 @admin.register(Run)
@@ -40,15 +123,23 @@ class RunAdmin(ReadOnlyAdmin):
         "note",
     )
     list_filter = (
-        ("schedule", admin.RelatedOnlyFieldListFilter),
+        ("schedule", WithRunsFilter),
         "state",
         "reason",
-        ("boot", admin.RelatedOnlyFieldListFilter),
+        ("boot", WithRunsFilter),
         "soft_time_limit_exceeded",
     )
     list_select_related = ("schedule", "boot")
     search_fields = ("task_id", "schedule__name", "worker", "detail")
     date_hierarchy = "slot"
+    # issue 31: the page costs the same with a year of runs as with none; "N runs" of an
+    # unfiltered list is PostgreSQL's estimate, and no second count of all runs is made
+    paginator = LedgerPaginator
+    show_full_result_count = False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
+        queryset = super().get_queryset(request)
+        return _SlotYears(queryset.model, queryset.query, queryset.db)
 
     def evaluate(self, changelist: ChangeList) -> None:
         """Django's date drill-down raises at the calendar's edges: for ``slot__year=9999``

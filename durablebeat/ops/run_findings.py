@@ -16,10 +16,9 @@ from django.db.models.functions import Coalesce
 from .. import conf
 from ..core import clock, timing
 from ..core.policy import hard_limit
-from ..enums import Failure, Kind, RunState
+from ..enums import UNTRACKED, Failure, Kind, RunState
 from ..models import TIMING_FIELDS, Run, Schedule
 from ..words import ago
-from ..worker.completion import UNTRACKED
 from . import coverage
 from .findings import Finding, active_schedules, unreadable_row
 

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 
-from ..enums import RunState
+from ..enums import UNTRACKED, RunState
 from ..models import Run, Schedule
 from ..validation import storable
 
@@ -59,11 +59,6 @@ class Finished:
     error: str = ""
     #: read from the result backend by the reconciliation, not sent by a worker (R13)
     from_backend: bool = False
-
-
-#: the detail of a run the result backend finished that no worker ever reported started:
-#: its worker runs without durablebeat's tracking (``check`` finding ``untracked_worker``)
-UNTRACKED = "executed per the result backend; no worker reported it"
 
 
 def start(event: Started) -> bool:
