@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from django.db import connection, transaction
+from django.db.models import JSONField
 
-from . import wakeup, words
+from . import db, wakeup, words
 from .beat import publishing
-from .beat.codesync import CodeEntry, celery_timezone, parse_entry
+from .beat.codesync import OWN_FIELDS, CodeEntry, ShapeCache, celery_timezone
 from .core import clock, timing
 from .core.errors import InvalidSchedule
 from .enums import Source
@@ -163,19 +164,21 @@ def add_schedules(
     """Create or replace many schedules in one transaction: ``entries`` is shaped as
     ``beat_schedule`` is ({name: {"task": ..., "schedule": ...}}), each may add a
     ``"timezone"`` (as ``add_schedule``'s). All or nothing: one bad entry raises
-    ``InvalidSchedule`` naming it, and none is written."""
+    ``InvalidSchedule`` naming it, and none is written. Entries that differ only in name,
+    args and kwargs are checked as one (``codesync.ShapeCache``), so 10,000 of them take
+    about a second (benchmarks/README.md)."""
     now = clock.now()
-    parsed = [_parse(name, entry) for name, entry in entries.items()]
-    created, replaced, unchanged = [], [], 0
-    with transaction.atomic():
+    shapes, zone = ShapeCache(), _default_zone()
+    parsed = [_parse(name, entry, shapes, zone) for name, entry in entries.items()]
+    created: list[CodeEntry] = []
+    replaced: list[Schedule] = []
+    unchanged = 0
+    with db.atomic():
         stored = _rows([code.name for code in parsed], lock=True)
         for code in parsed:
             row = stored.get(code.name)
             if row is None:
-                row = Schedule(name=code.name, source=Source.DATABASE)
-                code.apply_to(row)
-                row.enabled = paused is not True
-                created.append(row)
+                created.append(code)
                 continue
             _refuse_code_owned(row)
             before = _values(row)
@@ -189,7 +192,7 @@ def add_schedules(
                 continue
             _edited(row, now)
             replaced.append(row)
-        Schedule.objects.bulk_create(created, batch_size=CHUNK, _checked=True)
+        _create(created, enabled=paused is not True)
         _rewrite(replaced)
     return Written(len(created), len(replaced), unchanged)
 
@@ -208,7 +211,7 @@ def update_schedule(
     """Change what is given, keep the rest (a new crontab counts in the schedule's zone
     unless ``timezone`` is given). ``options`` are merged key by key into the schedule's
     (``options["durablebeat"]`` too); give a key None to clear it."""
-    with transaction.atomic():
+    with db.atomic():
         row = _row(name, lock=True)
         _refuse_code_owned(row)
         entry = _entry_of(row)
@@ -226,7 +229,7 @@ def update_schedule(
             else:
                 entry["options"][key] = value
         entry["options"] = _without_none(entry["options"])
-        _parse(name, entry).apply_to(row)
+        _parse(name, entry, ShapeCache(), _default_zone()).apply_to(row)
         row.save()  # the edit rules and the checks, as every save (models.Schedule.save)
     return ScheduleInfo.of(row, clock.now())
 
@@ -256,7 +259,7 @@ def delete_schedule(name: str, *, history: Literal["keep", "remove"]) -> None:
     ``history="remove"``: the schedule and every run of it are removed."""
     if history not in ("keep", "remove"):
         raise InvalidSchedule("history", f"must be 'keep' or 'remove', not {history!r}")
-    with transaction.atomic():
+    with db.atomic():
         row = _row(name, lock=True)
         _refuse_code_owned(row)
         if history == "remove":
@@ -282,16 +285,22 @@ def list_schedules(*, include_deleted: bool = False) -> list[ScheduleInfo]:
 # --- the one write path's pieces ----------------------------------------------------------
 
 
-def _parse(name: str, entry: Mapping[str, Any]) -> CodeEntry:
-    """An entry read as the code sync reads one (R20, R21, R25); ``InvalidSchedule``."""
+def _default_zone() -> str:
     from celery import current_app
+
+    return celery_timezone(current_app)
+
+
+def _parse(name: str, entry: Mapping[str, Any], shapes: ShapeCache, zone: str) -> CodeEntry:
+    """An entry read as the code sync reads one (R20, R21, R25); ``InvalidSchedule``.
+    ``zone``: the one a crontab counts in when the entry gives no ``"timezone"``."""
     from django.core.exceptions import ImproperlyConfigured
 
     where = f"schedule {name!r}"
     entry = dict(entry)
-    zone = entry.pop("timezone", None) or celery_timezone(current_app)
+    zone = entry.pop("timezone", None) or zone
     try:
-        code = parse_entry(name, entry, zone, where=where)
+        code = shapes.parse(name, entry, zone, where=where)
     except ImproperlyConfigured as exc:
         field = getattr(exc, "field", "schedule")
         problem = str(exc).removeprefix(f"{where}: ").removeprefix(f"{field}: ")
@@ -336,35 +345,138 @@ def _refuse_code_owned(row: Schedule) -> None:
         )
 
 
-def _values(row: Schedule) -> tuple[Any, ...]:
-    return tuple(getattr(row, name) for name in _WRITTEN if name not in ("updated_at", "error"))
+#: what a replace compares to tell a row unchanged (the values it writes, less its own)
+_values = operator.attrgetter(*(name for name in _WRITTEN if name not in ("updated_at", "error")))
+
+
+def _create(codes: list[CodeEntry], enabled: bool) -> None:
+    """Insert a new row for each of ``codes``, already checked (``parse_entry``): on
+    PostgreSQL by ``COPY``, each shape's row built once (``ShapeCache``: its entries differ
+    only in ``OWN_FIELDS``), elsewhere by ``bulk_create`` (which would check them again)."""
+    if not codes:
+        return
+    connection = db.connection()
+    if not _copies(connection):
+        rows = [_new_row(code, enabled) for code in codes]
+        Schedule.objects.bulk_create(rows, batch_size=CHUNK, _checked=True)
+        return
+    now = clock.now()  # what ``created_at``'s and ``updated_at``'s ``pre_save`` would read
+    fields = [f for f in Schedule._meta.concrete_fields if not f.primary_key]
+    columns = _Columns(fields, connection)
+    own = [(i, f) for i, f in enumerate(fields) if f.name in OWN_FIELDS]
+    shapes: dict[int, list[Any]] = {}
+
+    def values(code: CodeEntry) -> list[Any]:
+        if code.shape is None:
+            return columns.of(_new_row(code, enabled, now))
+        if (shape := shapes.get(code.shape)) is None:
+            shape = shapes[code.shape] = columns.of(_new_row(code, enabled, now))
+        values = shape.copy()
+        for i, f in own:
+            values[i] = columns.db_value(f, getattr(code, f.name))
+        return values
+
+    with connection.cursor() as cur:
+        _copy(cur, Schedule._meta.db_table, fields, map(values, codes))
+    wakeup.schedules_changed()  # where no trigger says it (R6)
+
+
+def _new_row(code: CodeEntry, enabled: bool, now: dt.datetime | None = None) -> Schedule:
+    row = Schedule(name=code.name, source=Source.DATABASE, enabled=enabled, error="")
+    code.apply_to(row)
+    if now is not None:  # written past ``pre_save``
+        row.created_at = row.updated_at = now
+    return row
 
 
 def _rewrite(rows: list[Schedule]) -> None:
     """Write every ``_WRITTEN`` column of rows already checked (``parse_entry``) and moved on
-    by the edit rules: one UPDATE statement by primary key, executed for each row in one
-    round of the driver's ``executemany`` (``bulk_update`` builds a CASE per column and
-    row: a minute for 10,000 schedules)."""
+    by the edit rules. PostgreSQL: the rows are copied into a temporary table (``COPY``)
+    and written by one ``UPDATE ... FROM`` it; elsewhere one UPDATE statement by primary
+    key, executed for each row in one round of the driver's ``executemany``
+    (``bulk_update`` builds a CASE per column and row: a minute for 10,000 schedules)."""
     if not rows:
         return
     meta = Schedule._meta
     fields = [f for f in meta.concrete_fields if f.name in _WRITTEN]
+    connection = db.connection()
     quote, pk = connection.ops.quote_name, meta.pk
     assert pk is not None
-    sql = (
-        f"UPDATE {quote(meta.db_table)} SET "
-        + ", ".join(f"{quote(str(f.column))} = %s" for f in fields)
-        + f" WHERE {quote(str(pk.column))} = %s"
-    )
-    values = [
-        [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields] + [row.pk]
-        for row in rows
-    ]
+    table, key = quote(meta.db_table), quote(str(pk.column))
     with connection.cursor() as cur:
-        cur.executemany(sql, values)
+        if _copies(connection):
+            columns = [quote(str(f.column)) for f in (pk, *fields)]
+            cur.execute(
+                f"CREATE TEMPORARY TABLE {_REPLACED} ON COMMIT DROP AS "
+                f"SELECT {', '.join(columns)} FROM {table} WITH NO DATA"
+            )
+            copied = _Columns([pk, *fields], connection)
+            _copy(cur, _REPLACED, copied.fields, map(copied.of, rows))
+            cur.execute(
+                f"UPDATE {table} AS s SET "
+                + ", ".join(f"{c} = r.{c}" for c in columns[1:])
+                + f" FROM {_REPLACED} AS r WHERE s.{key} = r.{key}"
+            )
+            cur.execute(f"DROP TABLE {_REPLACED}")  # another call in this transaction
+        else:
+            cur.executemany(
+                f"UPDATE {table} SET "
+                + ", ".join(f"{quote(str(f.column))} = %s" for f in fields)
+                + f" WHERE {key} = %s",
+                [
+                    [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields]
+                    + [row.pk]
+                    for row in rows
+                ],
+            )
     for row in rows:
         row.remember_stored()
     wakeup.schedules_changed()  # where no trigger says it (R6)
+
+
+#: the temporary table a replace is copied into (PostgreSQL)
+_REPLACED = "durablebeat_api_replaced"
+
+
+def _copies(connection: Any) -> bool:
+    """Can rows be written by ``COPY`` here: PostgreSQL through psycopg 3."""
+    if connection.vendor != "postgresql":
+        return False
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return bool(is_psycopg3)
+
+
+def _copy(cur: Any, table: str, fields: list[Any], rows: Iterable[list[Any]]) -> None:
+    """``COPY`` rows of values (``_Columns``) into the ``fields`` of ``table``."""
+    quote = cur.db.ops.quote_name
+    sql = f"COPY {quote(table)} ({', '.join(quote(str(f.column)) for f in fields)}) FROM STDIN"
+    with cur.cursor.copy(sql) as copy:
+        for values in rows:
+            copy.write_row(values)
+
+
+class _Columns:
+    """A row's values for ``COPY`` into ``fields``, as Django's PostgreSQL backend gives them
+    to psycopg: ``get_db_prep_save`` passes text, numbers, booleans, aware datetimes and
+    timedeltas as they are and JSON through the backend's adapter (calling it per value was
+    half of a ``bulk_create``'s time)."""
+
+    def __init__(self, fields: list[Any], connection: Any) -> None:
+        self.fields, self.ops = fields, connection.ops
+        self._get = operator.attrgetter(*(f.attname for f in fields))
+        self._json = [(i, f) for i, f in enumerate(fields) if isinstance(f, JSONField)]
+
+    def of(self, row: Schedule) -> list[Any]:
+        values = list(self._get(row))
+        for i, field in self._json:
+            values[i] = self.ops.adapt_json_value(values[i], field.encoder)
+        return values
+
+    def db_value(self, field: Any, value: Any) -> Any:
+        if isinstance(field, JSONField):
+            return self.ops.adapt_json_value(value, field.encoder)
+        return value
 
 
 def _edited(row: Schedule, now: dt.datetime) -> None:
@@ -376,7 +488,7 @@ def _edited(row: Schedule, now: dt.datetime) -> None:
 
 
 def _set_enabled(name: str, enabled: bool) -> ScheduleInfo:
-    with transaction.atomic():
+    with db.atomic():
         row = _row(name, lock=True)
         if row.enabled != enabled:
             row.enabled = enabled

@@ -286,26 +286,45 @@ def _json_size(name: str, value: Any) -> tuple[str | None, int]:
     return None, len(text.encode())
 
 
-def _message_errors(schedule: Schedule) -> dict[str, str]:
-    errors: dict[str, str] = {}
-    sizes: dict[str, int] = {}
-    for name in JSON_SHAPES:
-        msg, sizes[name] = _json_size(name, getattr(schedule, name))
-        if msg is not None:
-            errors[name] = msg
-    if "headers" not in errors and (msg := headers_error(schedule.headers)) is not None:
-        errors["headers"] = msg
-    try:
-        cap = settings.MAX_MESSAGE_BYTES
-    except InvalidSetting as exc:  # refused with the reason, not a 500 at the save (R21)
-        return errors or {"args": f"the message size cannot be checked: {exc}"}
-    if not errors and sum(sizes.values()) > cap:
-        largest = max(sizes, key=lambda n: sizes[n])
-        errors[largest] = (
-            f"args, kwargs and headers serialise to {sum(sizes.values())} bytes together, "
-            f"over DURABLEBEAT_MAX_MESSAGE_BYTES ({cap})"
-        )
-    return errors
+def message_errors(args: Any, kwargs: Any, headers: Any) -> dict[str, str]:
+    """{field: message} of a message's JSON fields (``JSON_SHAPES``): each one's shape and
+    values, the reserved headers, and the three together under the size cap."""
+    return MessageCheck(headers).errors(args, kwargs)
+
+
+class MessageCheck:
+    """``message_errors`` of messages that share their headers (the entries of one shape,
+    ``codesync.ShapeCache``): the headers and the size cap are read once."""
+
+    def __init__(self, headers: Any) -> None:
+        error, self.headers_size = _json_size("headers", headers)
+        self.headers_error = error if error is not None else headers_error(headers)
+        self.cap: int | None = None
+        self.cap_error = ""
+        try:
+            self.cap = settings.MAX_MESSAGE_BYTES
+        except InvalidSetting as exc:  # refused with the reason, not a 500 at the save (R21)
+            self.cap_error = f"the message size cannot be checked: {exc}"
+
+    def errors(self, args: Any, kwargs: Any) -> dict[str, str]:
+        errors: dict[str, str] = {}
+        sizes: dict[str, int] = {}
+        for name, value in (("args", args), ("kwargs", kwargs)):
+            msg, sizes[name] = _json_size(name, value)
+            if msg is not None:
+                errors[name] = msg
+        sizes["headers"] = self.headers_size
+        if self.headers_error is not None:
+            errors["headers"] = self.headers_error
+        if self.cap is None:
+            return errors or {"args": self.cap_error}
+        if not errors and sum(sizes.values()) > self.cap:
+            largest = max(sizes, key=lambda n: sizes[n])
+            errors[largest] = (
+                f"args, kwargs and headers serialise to {sum(sizes.values())} bytes together, "
+                f"over DURABLEBEAT_MAX_MESSAGE_BYTES ({self.cap})"
+            )
+        return errors
 
 
 def line_error(value: Any) -> str | None:
@@ -480,7 +499,8 @@ def validate_schedule_fields(schedule: Schedule, *, check_task: bool = True) -> 
         schedule.to_spec()
     except timing.InvalidSchedule as exc:
         errors[schedule.model_field_for(exc.field)] = exc.message
-    for name, msg in (_message_errors(schedule) | _range_errors(schedule)).items():
+    message = message_errors(schedule.args, schedule.kwargs, schedule.headers)
+    for name, msg in (message | _range_errors(schedule)).items():
         errors.setdefault(name, msg)
     for name, msg in _kind_errors(schedule).items():
         errors.setdefault(name, msg)

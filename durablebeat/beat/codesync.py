@@ -7,22 +7,34 @@ only code-defined rows, so boot cost does not grow with admin-defined schedules.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from celery.schedules import crontab
+from celery.schedules import schedule as celery_schedule
 from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.db.models import Q
 from kombu.entity import DELIVERY_MODES
 
+from .. import db
 from ..core import timing
 from ..enums import Overlap, Source
 from ..models import MESSAGE_FIELDS, MESSAGE_OPTIONS, POLICY_FIELDS, Schedule
-from ..validation import MAX_EVERY, TEXT_OPTIONS, describe_errors, validate_schedule_fields
+from ..validation import (
+    MAX_EVERY,
+    TEXT_OPTIONS,
+    MessageCheck,
+    describe_errors,
+    line_error,
+    text_error,
+    validate_schedule_fields,
+)
 from . import entry_options
 from . import live as live_values
 from .celery_specs import from_celery
@@ -94,6 +106,9 @@ class CodeEntry:
     live: live_values.LiveValues | None = field(default=None, compare=False)
     #: Celery publish options the entry gives that beat's own publish supersedes (R25)
     superseded: tuple[str, ...] = field(default=(), compare=False)
+    #: entries of one shape (``ShapeCache``) differ only in their ``OWN_FIELDS``; None:
+    #: read on its own
+    shape: int | None = field(default=None, compare=False)
 
     def apply_to(self, row: Schedule) -> None:
         """Write everything code owns into ``row``; timing through ``set_spec``."""
@@ -270,6 +285,114 @@ def parse_entry(
     return code
 
 
+#: what entries of one shape may differ in (``_with_own_values`` sets these), named as the
+#: row's fields
+OWN_FIELDS = ("name", "args", "kwargs")
+
+
+class ShapeCache:
+    """``parse_entry`` for many entries that differ only in name, args and kwargs (a digest
+    per customer): the rest of an entry (task, schedule, zone, options), its shape, is read
+    and checked in full once, by ``parse_entry``; each further entry of that shape has only
+    its name, args and kwargs checked, by the same rules (R20, R21, R29). An entry whose own
+    values fail those checks, or whose shape cannot be told apart by value (an object in
+    its options, a custom schedule), is read in full, so every refusal is ``parse_entry``'s
+    own, in the same words."""
+
+    def __init__(self, check_task: bool = True) -> None:
+        self.check_task = check_task
+        self._read: dict[Hashable, tuple[CodeEntry, MessageCheck]] = {}
+
+    def parse(
+        self, name: str, entry: Mapping[str, Any], default_timezone: str, where: str
+    ) -> CodeEntry:
+        key = _shape_key(entry, default_timezone)
+        read = self._read.get(key) if key is not None else None
+        if read is not None and (code := _with_own_values(*read, name, entry)) is not None:
+            return code
+        code = parse_entry(name, entry, default_timezone, self.check_task, where=where)
+        if key is not None and code.live is None:
+            code = dataclasses.replace(code, shape=len(self._read))
+            self._read[key] = (code, MessageCheck(code.headers))
+        return code
+
+
+class _NotAValue(Exception):
+    """A part of an entry that is not a plain value: its shape is not cached."""
+
+
+#: the model's own check of a name (its length, not blank), as ``clean_fields`` runs it
+_NAME_FIELD = Schedule._meta.get_field("name")
+
+
+def _with_own_values(
+    read: CodeEntry, message: MessageCheck, name: Any, entry: Mapping[str, Any]
+) -> CodeEntry | None:
+    """``read`` (an entry of the same shape, checked) with this entry's name, args and
+    kwargs, checked as ``parse_entry`` checks them; None when they need its full reading."""
+    args, kwargs = entry.get("args"), entry.get("kwargs")
+    if type(name) is not str or type(args) not in (list, tuple, type(None)):
+        return None
+    if type(kwargs) not in (dict, type(None)):
+        return None
+    stored_args, stored_kwargs, live = live_values.split(args or [], kwargs or {})
+    if live is not None or line_error(name) or text_error(name):
+        return None
+    if message.errors(stored_args, stored_kwargs):
+        return None
+    try:
+        _NAME_FIELD.clean(name, None)
+    except ValidationError:
+        return None
+    return dataclasses.replace(read, name=name, args=stored_args, kwargs=stored_kwargs)
+
+
+def _shape_key(entry: Mapping[str, Any], default_timezone: str) -> Hashable | None:
+    """What ``parse_entry`` reads of an entry besides its name, args and kwargs, as a
+    hashable value that two entries share only when they read the same; None when a part
+    is an object (kombu's, a signature) or a schedule not compared by value here."""
+    if type(entry) is not dict:
+        return None
+    try:
+        return (
+            default_timezone,
+            tuple(_value_key(k) for k in entry if k not in ("args", "kwargs", *IGNORED_KEYS)),
+            _value_key(entry.get("task")),
+            _schedule_key(entry.get("schedule")),
+            _value_key(entry.get("relative")),
+            _value_key(entry.get("options")),
+        )
+    except _NotAValue:
+        return None
+
+
+def _value_key(value: Any) -> Hashable:
+    """A plain value as a hashable key, its types kept (1, 1.0 and True differ)."""
+    kind = type(value)
+    if value is None or kind in (str, int, float, bool, dt.timedelta):
+        return (kind, value)
+    if kind is dict:
+        return (dict, tuple((_value_key(k), _value_key(v)) for k, v in value.items()))
+    if kind in (list, tuple):
+        return (kind, tuple(_value_key(item) for item in value))
+    if kind in (set, frozenset):
+        return (kind, frozenset(_value_key(item) for item in value))
+    raise _NotAValue
+
+
+def _schedule_key(value: Any) -> Hashable:
+    """A number, a ``timedelta``, a plain ``crontab`` or ``schedule`` as ``from_celery``
+    reads them (a crontab's fields as given, its zone the entry's)."""
+    kind = type(value)
+    if kind is crontab:
+        return (kind, *(_value_key(getattr(value, f"_orig_{f}")) for f in timing.CRONTAB_FIELDS))
+    if kind is celery_schedule:
+        return (kind, _value_key(value.run_every), _value_key(value.relative))
+    if kind in (int, float, dt.timedelta):
+        return (kind, value)
+    raise _NotAValue
+
+
 def celery_timezone(app: Any) -> str:
     """The zone Celery's own beat reads a plain ``crontab`` in: ``timezone`` when set, else
     UTC (``enable_utc``, the default) or local time, which in a Django process is
@@ -320,7 +443,7 @@ def sync(entries: list[CodeEntry], now: dt.datetime) -> dict[str, Schedule]:
 
 def _sync_once(entries: list[CodeEntry], now: dt.datetime) -> dict[str, Schedule]:
     by_name = {e.name: e for e in entries}
-    with transaction.atomic():
+    with db.atomic():
         rows = Schedule.objects.select_for_update().filter(
             Q(name__in=list(by_name)) | Q(source=Source.CODE)
         )

@@ -200,6 +200,138 @@ def test_many_at_once_created_then_replaced(make_engine, publisher, frozen):
     assert fires["tenant-0"] is None and fires["tenant-1"] is not None  # R29: only the moved
 
 
+@pytest.mark.parametrize(
+    ("own", "field", "words"),
+    [
+        ({"kwargs": {1: "one"}}, "kwargs", "keys must be strings"),
+        ({"kwargs": {"note": "x\x00"}}, "args", "must be JSON values"),
+        ({"kwargs": {"blob": "x" * 70_000}}, "kwargs", "DURABLEBEAT_MAX_MESSAGE_BYTES"),
+        ({"args": [object()]}, "args", "JSON"),
+        ({"args": "abc"}, "args", "list or tuple"),
+        ({"name": "tenant\n7"}, "name", "printable"),
+        ({"name": "t" * 201}, "name", "200"),
+        ({"name": ""}, "name", "blank"),
+    ],
+)
+def test_one_bad_entry_among_many_of_one_shape_refuses_the_call_naming_it(
+    frozen, own, field, words
+):
+    """R29, all or nothing: entries of one shape are checked in full once and each one's own
+    name, args and kwargs on their own (codesync.ShapeCache); a fault in those, on the
+    700th of 1,000, refuses the whole call naming the entry and the field."""
+    entries = {f"tenant-{i}": digest(kwargs={"tenant": i}) for i in range(1000)}
+    bad = dict(entries.pop("tenant-700"))
+    name = own.pop("name", "tenant-700")
+    entries[name] = bad | own
+    with pytest.raises(api.InvalidSchedule) as refused:
+        api.add_schedules(entries)
+    assert refused.value.field == field
+    assert words in str(refused.value) and f"schedule {name!r}" in str(refused.value)
+    assert not Schedule.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "field", "words"),
+    [
+        ({"options": {"priority": 1}}, {"options": {"priority": True}}, "priority", "bool"),
+        ({"options": {"priority": 1}}, {"options": {"priority": 1.0}}, "priority", "float"),
+        ({"timezone": "Europe/Berlin"}, {"timezone": "Mars/Olympus"}, "schedule", "Mars"),
+        ({"schedule": 60}, {"schedule": 0}, "schedule", "positive"),
+        ({"task": TASK}, {"task": TASK + "_typo"}, "task", "_typo"),
+        ({"options": {"headers": {"x": 1}}}, {"options": {"headers": {"id": 1}}}, "headers", "id"),
+    ],
+)
+def test_entries_that_differ_in_more_than_their_own_values_are_each_read_in_full(
+    frozen, good, bad, field, words
+):
+    """The shape of an entry is told by value and type (1, 1.0 and True differ): one that
+    differs from a checked shape by anything but name, args and kwargs is checked itself."""
+    with pytest.raises(api.InvalidSchedule) as refused:
+        api.add_schedules({"a": digest() | good, "b": digest() | bad})
+    assert refused.value.field == field and "'b'" in str(refused.value)
+    assert words in str(refused.value)
+    assert not Schedule.objects.exists()
+
+
+def test_rows_written_many_at_once_hold_what_a_save_writes(frozen):
+    """The COPY path on PostgreSQL (and bulk_create elsewhere) writes each value as save()
+    does: every column of a created and of a replaced row equals a saved row's."""
+    from durablebeat.beat.codesync import parse_entry
+    from durablebeat.enums import Source
+
+    def entry(hour: int, tenant: int) -> dict[str, Any]:
+        options = {
+            "queue": "mail",
+            "priority": 7,
+            "expires": 120.5,
+            "headers": {"tenant": tenant},
+            "delivery_mode": "transient",
+            "durablebeat": {
+                "startup_grace": dt.timedelta(minutes=3),
+                "catch_up": True,
+                "catch_up_window": 600,
+                "overlap": "allow",
+                "description": "digest\nper tenant",
+            },
+        }
+        schedule = crontab(minute=15, hour=hour)
+        return {"task": TASK, "schedule": schedule, "args": [tenant, "é"], "options": options}
+
+    def saved(name: str, values: dict[str, Any], row: Schedule | None = None) -> Schedule:
+        row = row or Schedule(name=name, source=Source.DATABASE)
+        parse_entry(name, values, "Europe/Berlin").apply_to(row)
+        row.save()
+        return row
+
+    def columns(name: str) -> dict[str, Any]:
+        values = Schedule.objects.filter(name=name).values().get()
+        return {k: v for k, v in values.items() if k not in ("id", "name", "updated_at")}
+
+    many = {f"copied-{i}": entry(8, 42) | {"timezone": "Europe/Berlin"} for i in range(3)}
+    api.add_schedules(many)
+    saved("saved", entry(8, 42))
+    Schedule.objects.update(created_at=frozen)
+    assert columns("copied-1") == columns("saved")
+    Schedule.objects.update(next_fire_at=frozen + H)  # as beat would
+    moved = {name: entry(9, 43) | {"timezone": "Europe/Berlin"} for name in many}
+    assert api.add_schedules(moved).replaced == 3
+    saved("saved", entry(9, 43), Schedule.objects.get(name="saved"))
+    assert columns("copied-1") == columns("saved")
+    assert columns("saved")["next_fire_at"] is None  # R29: the new timing's next slot
+
+
+@pytest.mark.postgres_only
+def test_many_copied_at_once_wake_a_listening_beat_on_commit_only(frozen):
+    """R6, R29 (issue 28 item 5: picked up by a running beat without a restart): rows
+    created or replaced by COPY fire the schedule table's NOTIFY as any insert or edit does,
+    and only when the transaction commits."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    import psycopg
+
+    from durablebeat.beat.notify import CHANNEL
+
+    params = connection.get_connection_params()
+    with psycopg.connect(**params, autocommit=True) as listener:
+        listener.execute(f"LISTEN {CHANNEL}")
+
+        def heard() -> int:
+            return sum(1 for _ in listener.notifies(timeout=0.5, stop_after=1))
+
+        with transaction.atomic():
+            api.add_schedules({f"t-{i}": digest(8) for i in range(50)})
+            assert heard() == 0
+        assert heard() == 1
+        Schedule.objects.update(next_fire_at=frozen + H)  # as beat computes it
+        heard()
+        api.add_schedules({f"t-{i}": digest(9) for i in range(50)})  # replaced: fire reset
+        assert heard() == 1
+        api.add_schedules({f"t-{i}": digest(9) for i in range(50)})  # unchanged: no wake-up
+        assert heard() == 0
+
+
 # --- one rule for every write path (R20, R21, R29) -----------------------------------------
 
 
