@@ -27,8 +27,9 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import connections, transaction
 
+from . import db
 from .core import clock
 
 logger = logging.getLogger("durablebeat")
@@ -72,15 +73,15 @@ def _aware(value: Any) -> dt.datetime:
     return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
 
 
-def _read(using: str, samples: int) -> clock.Sample | None:
+def _read(using: str | None, samples: int) -> clock.Sample | None:
     global _quickest
-    conn = connections[using]
+    conn = connections[using or db.alias()]
     query = QUERIES.get(conn.vendor)
     if query is None:
         return clock.Sample(clock.ZERO, clock.ZERO)
     readings: list[clock.Sample] = []
     # Inside a caller's transaction, a savepoint: a failed reading must not break it.
-    guard = transaction.atomic(using=using) if conn.in_atomic_block else nullcontext()
+    guard = transaction.atomic(using=conn.alias) if conn.in_atomic_block else nullcontext()
     with guard, conn.cursor() as cursor:
         while len(readings) < max(1, samples):
             # The round trip on the monotonic clock: a wall clock slewed or stepped during
@@ -99,7 +100,7 @@ def _read(using: str, samples: int) -> clock.Sample | None:
     return kept
 
 
-def measure(using: str = DEFAULT_DB_ALIAS, samples: int = SAMPLES) -> clock.Sample | None:
+def measure(using: str | None = None, samples: int = SAMPLES) -> clock.Sample | None:
     """Read the database's clock and set this process's offset to it; the reading, or None
     when it failed (the last offset is kept, R5). Never raises: a heartbeat or a page that
     measures goes on whatever the database answers."""
@@ -134,7 +135,7 @@ def measure(using: str = DEFAULT_DB_ALIAS, samples: int = SAMPLES) -> clock.Samp
     return reading
 
 
-def sync(using: str = DEFAULT_DB_ALIAS) -> float | None:
+def sync(using: str | None = None) -> float | None:
     """Measure, and return what a boot or liveness row records: the last offset known in
     seconds (the database's clock minus this host's), None when none was ever measured."""
     measure(using)
@@ -145,7 +146,7 @@ def offset_seconds() -> float | None:
     return None if _last is None else _last.offset.total_seconds()
 
 
-def refresh(max_age: float = REFRESH_AFTER, using: str = DEFAULT_DB_ALIAS) -> None:
+def refresh(max_age: float = REFRESH_AFTER, using: str | None = None) -> None:
     """Measure when the last try is older than ``max_age`` seconds (or there was none):
     for processes without a heartbeat of their own (the admin, a pool process)."""
     tried = _tried_at
@@ -153,7 +154,7 @@ def refresh(max_age: float = REFRESH_AFTER, using: str = DEFAULT_DB_ALIAS) -> No
         measure(using)
 
 
-def watch_jumps(using: str = DEFAULT_DB_ALIAS) -> bool:
+def watch_jumps(using: str | None = None) -> bool:
     """When this host's wall clock jumped since the last look (it moved unlike ``elapsed``,
     which a suspend does not stop), take the jump out of the offset and measure again at
     once: a clock stepped forward or back while beat runs moves no "now" (R26). One look

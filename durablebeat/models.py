@@ -6,14 +6,14 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Collection, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.db.models.sql import Query
 
-from . import wakeup
+from . import db, wakeup
 from .core import clock, solar, timing
 from .enums import UNTRACKED, Failure, Kind, Overlap, Reason, RunState, Source
 from .validation import validate_schedule_fields
@@ -198,6 +198,18 @@ class PartialIndex(models.Index):
 def _where(condition: Q, value: Any, field: str) -> models.Case:
     """``value`` in the rows that meet ``condition``, the field's own value in the others."""
     return models.Case(models.When(condition, then=models.Value(value)), default=models.F(field))
+
+
+_M = TypeVar("_M", bound=models.Model)
+
+
+class DurableManager(models.Manager[_M]):
+    """Every query starts on durablebeat's database (``db.alias()``, the router's write
+    alias), reads too: beat never decides on a row read from a replica (R31, issue 30).
+    An explicit ``.using()`` or ``db_manager()`` still wins."""
+
+    def get_queryset(self) -> models.QuerySet[_M]:
+        return super().get_queryset().using(self._db or db.alias())
 
 
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
@@ -407,7 +419,7 @@ class Schedule(models.Model):
     created_at = ClockDateTimeField(auto_now_add=True)
     updated_at = ClockDateTimeField(auto_now=True)
 
-    objects = ScheduleQuerySet.as_manager()
+    objects = DurableManager.from_queryset(ScheduleQuerySet)()
 
     class Meta:
         ordering = ["name"]
@@ -539,6 +551,8 @@ class Boot(models.Model):
     #: R26: the database's clock minus this host's, in seconds, as last measured
     clock_offset_seconds = models.FloatField(null=True, blank=True)
 
+    objects = DurableManager["Boot"]()
+
     class Meta:
         ordering = ["-started_at"]
         indexes = [models.Index(fields=["heartbeat_at"], name="durablebeat_boot_hb_idx")]
@@ -577,6 +591,8 @@ class Run(models.Model):
     failure = models.CharField(  # noqa: DJ001
         max_length=16, choices=Failure.choices, blank=True, null=True, default="", editable=False
     )
+
+    objects = DurableManager["Run"]()
 
     class Meta:
         # Every index here is named by a query that reads through it; a query of the ledger
@@ -631,6 +647,8 @@ class MissedSlots(models.Model):
     reason = models.CharField(max_length=300)
     recorded_at = models.DateTimeField()
 
+    objects = DurableManager["MissedSlots"]()
+
     class Meta:
         verbose_name_plural = "missed slots"
         ordering = ["-recorded_at"]
@@ -647,6 +665,8 @@ class WorkerHeartbeat(models.Model):
     seen_at = models.DateTimeField()
     #: R26: the database's clock minus this host's, in seconds, as last measured
     clock_offset_seconds = models.FloatField(null=True, blank=True)
+
+    objects = DurableManager["WorkerHeartbeat"]()
 
     class Meta:
         constraints = [
@@ -666,6 +686,8 @@ class Incident(models.Model):
     boot = models.ForeignKey(Boot, null=True, blank=True, on_delete=models.SET_NULL)
     at = models.DateTimeField()
 
+    objects = DurableManager["Incident"]()
+
     class Meta:
         ordering = ["-at"]
 
@@ -678,6 +700,8 @@ class Marker(models.Model):
 
     key = models.CharField(max_length=64, primary_key=True)
     at = models.DateTimeField()
+
+    objects = DurableManager["Marker"]()
 
     def __str__(self) -> str:
         return self.key

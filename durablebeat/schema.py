@@ -12,14 +12,17 @@ from __future__ import annotations
 from django.db import connections
 from django.db.migrations.loader import MigrationLoader
 
+from . import db
+
 APP = "durablebeat"
 
 
-def pending(alias: str = "default") -> list[str]:
-    """The names of durablebeat's migrations the database ``alias`` has not applied, in the
+def pending(alias: str | None = None) -> list[str]:
+    """The names of durablebeat's migrations the database ``alias`` (durablebeat's, by
+    default) has not applied, in the
     order ``migrate`` applies them; ``[]`` when it is up to date (or ahead: a rollback of
     the code keeps a newer schema, R32). A database error propagates."""
-    loader = MigrationLoader(connections[alias], ignore_no_migrations=True)
+    loader = MigrationLoader(connections[alias or db.alias()], ignore_no_migrations=True)
     applied = loader.applied_migrations
     missing: list[str] = []
     for leaf in loader.graph.leaf_nodes(APP):

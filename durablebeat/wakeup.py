@@ -27,9 +27,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 
-from . import conf
+from . import conf, db
 
 logger = logging.getLogger("durablebeat")
 
@@ -73,7 +73,7 @@ def notify_carries() -> bool:
     recorded its LISTEN deaf (R31): read at most once per ``DEAF_CACHE`` seconds. A read
     that fails counts as heard (the change is seen at beat's next look)."""
     global _deaf_seen
-    if not (connection.vendor == "postgresql" and conf.settings.LISTEN_NOTIFY):
+    if not (db.connection().vendor == "postgresql" and conf.settings.LISTEN_NOTIFY):
         return False
     at, deaf = _deaf_seen
     t = time.monotonic()
@@ -92,10 +92,11 @@ def schedules_changed() -> None:
     transaction, however many rows it wrote; nothing when it rolls back)."""
     if not needed():
         return
+    connection = db.connection()
     if not connection.in_atomic_block:
         send()
     elif not any(entry[1] is send for entry in connection.run_on_commit):
-        transaction.on_commit(send)
+        transaction.on_commit(send, using=connection.alias)
 
 
 def exchange() -> Any:

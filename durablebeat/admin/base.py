@@ -12,12 +12,12 @@ from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.admin.widgets import AdminSplitDateTime
-from django.db import DataError, models, transaction
+from django.db import DataError, models
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from .. import conf, dbclock, words
+from .. import conf, db, dbclock, words
 from ..core import clock
 from ..enums import RunState
 from ..models import Schedule
@@ -88,7 +88,7 @@ class GuardedAdmin(_AnyAdminBase):
 
     def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
         try:
-            with transaction.atomic():  # a savepoint: a refused query leaves no aborted txn
+            with db.atomic():  # a savepoint: a refused query leaves no aborted txn
                 changelist = super().get_changelist_instance(request)
                 self.evaluate(changelist)
         except (ValueError, OverflowError, DataError) as exc:

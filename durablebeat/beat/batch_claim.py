@@ -11,9 +11,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError
 from django.db.models import F, Lookup, Q
 
+from .. import db
 from ..core.policy import (
     Due,
     Fire,
@@ -43,7 +44,7 @@ def claim_many(
     won = cas_many(fires, now)
     mine = [f for f in fires if f.due.id in won]
     runs = insert_runs(mine, boot_id, now)
-    if not connection.features.can_return_rows_from_bulk_insert:
+    if not db.connection().features.can_return_rows_from_bulk_insert:
         _read_back_ids([r for r in runs if r is not None])
     return {
         f.due.id: (run.pk, run.task_id or "")
@@ -72,6 +73,7 @@ def claim_many_pg(
     if not fires:
         return {}
     task_ids = [str(uuid.uuid4()) for _ in fires]
+    connection = db.connection()
     schedule = connection.ops.quote_name(Schedule._meta.db_table)
     run_table = connection.ops.quote_name(Run._meta.db_table)
     per_slot = {"schedule_id": "v.sid", "slot": "v.slot", "reason": "v.reason"}
@@ -155,7 +157,7 @@ class _AnyOf(Lookup):
 
 def ids_in(column: str, ids: Sequence[int]) -> Q | Lookup:
     """A filter on ``column`` (an id) being one of ``ids``, the cheap way on this database."""
-    if connection.vendor == "postgresql":
+    if db.connection().vendor == "postgresql":
         return _AnyOf(F(column), list(ids))
     return Q(**{f"{column}__in": list(ids)})
 
@@ -166,7 +168,7 @@ def lock_in_order(ids: list[int]) -> None:
     decides who fires. Where the due query skips locked rows (PostgreSQL, MariaDB 10.6+,
     MySQL 8) it has locked the batch already, and no other beat waits on it. (SQLite has no
     row locks: it serialises whole write transactions.)"""
-    features = connection.features
+    features = db.connection().features
     if ids and features.has_select_for_update and not features.has_select_for_update_skip_locked:
         list(Schedule.objects.filter(pk__in=ids).order_by("pk").select_for_update().values("pk"))
 
@@ -175,6 +177,7 @@ def cas_many(fires: Sequence[ToFire], now: dt.datetime) -> set[int]:
     """The compare-and-set of many slots in one statement; the ids it moved on (R3, R4)."""
     if not fires:
         return set()
+    connection = db.connection()
     if connection.vendor not in UPDATE_FROM_RETURNING:
         return _cas_many_locked(fires, now)
     ops = connection.ops
@@ -212,6 +215,7 @@ def _cas_many_locked(fires: Sequence[ToFire], now: dt.datetime) -> set[int]:
     won = {pk for pk, at in current if at is not None and at == was[pk]}
     if not won:
         return set()
+    connection = db.connection()
     ops = connection.ops
     table = ops.quote_name(Schedule._meta.db_table)
     cases: list[str] = []
@@ -250,7 +254,7 @@ def insert_runs(fires: Sequence[ToFire], boot_id: uuid.UUID, now: dt.datetime) -
     if not runs:
         return []
     try:
-        with transaction.atomic():
+        with db.atomic():
             return list(Run.objects.bulk_create(runs))
     except IntegrityError:
         return [insert_run(f.due, f.fire, boot_id, now) for f in fires]
@@ -281,7 +285,7 @@ def insert_run(
     else:
         run.task_id = str(uuid.uuid4())
     try:
-        with transaction.atomic():
+        with db.atomic():
             run.save()
     except IntegrityError:
         # The slot has a run already (fired during a database outage and reconciled): the

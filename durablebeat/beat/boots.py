@@ -8,10 +8,9 @@ import functools
 import logging
 import uuid
 
-from django.db import connection
 from django.db.models import Q
 
-from .. import __version__, conf, wakeup
+from .. import __version__, conf, db, wakeup
 from ..core import clock
 from ..models import (
     Boot,
@@ -74,6 +73,7 @@ def heartbeat(boot_id: uuid.UUID, now: dt.datetime, clock_offset: float | None =
     values: dict[str, object] = {"heartbeat_at": now}
     if clock_offset is not None:
         values["clock_offset_seconds"] = clock_offset
+    connection = db.connection()
     params = [_FIELDS[name].get_db_prep_save(v, connection) for name, v in values.items()]
     params.append(_FIELDS["id"].get_db_prep_save(boot_id, connection))
     with connection.cursor() as cur:
@@ -87,7 +87,7 @@ _FIELDS = {f.name: f for f in Boot._meta.concrete_fields}
 @functools.cache
 def _update_sql(vendor: str, names: tuple[str, ...]) -> str:
     """``UPDATE boot SET <names> WHERE id``, quoted for this database (``vendor`` keys it)."""
-    quote = connection.ops.quote_name
+    quote = db.connection().ops.quote_name
     columns = ", ".join(f"{quote(str(_FIELDS[n].column))} = %s" for n in names)
     where = quote(str(_FIELDS["id"].column))
     return f"UPDATE {quote(Boot._meta.db_table)} SET {columns} WHERE {where} = %s"

@@ -17,11 +17,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError
 from django.db.models import F
 from django.db.models.functions import Coalesce
 
-from .. import conf
+from .. import conf, db
 from ..core.policy import (
     Defer,
     Due,
@@ -62,7 +62,7 @@ def apply_defer(due: Due, action: Defer) -> bool:
 
 
 def apply_miss(due: Due, action: Miss, boot_id: uuid.UUID, now: dt.datetime) -> bool:
-    with transaction.atomic():
+    with db.atomic():
         changes: dict[str, Any] = {
             "next_fire_at": action.next_fire_at,
             "next_fire_reason": Reason.SCHEDULED,
@@ -162,7 +162,7 @@ def claim(fires: Sequence[ToFire], boot_id: uuid.UUID, now: dt.datetime) -> list
 
     All of the batch in one savepoint, or nothing and an exception."""
     claims: dict[int, Claim] = {}
-    with transaction.atomic():
+    with db.atomic():
         batch_claim.lock_in_order([f.due.id for f in fires])
         skip_ids = [f.due.id for f in fires if f.due.overlap == Overlap.SKIP]
         busy = _in_flight(skip_ids, now) if skip_ids else {}
@@ -178,7 +178,7 @@ def claim(fires: Sequence[ToFire], boot_id: uuid.UUID, now: dt.datetime) -> list
                 claims[due.id] = _claim_of(made.pk, made.task_id, f, boot_id)
         many = (
             batch_claim.claim_many_pg
-            if connection.vendor == "postgresql"
+            if db.connection().vendor == "postgresql"
             else batch_claim.claim_many
         )
         for chunk_start in range(0, len(bulk), batch_claim.BULK_CHUNK):
@@ -233,7 +233,7 @@ def mark_unpublishable(run_ids: Sequence[int], error: str, now: dt.datetime) -> 
         return
     error = storable(error)
     detail = f"{UNPUBLISHABLE}: {error}"[:300]
-    with transaction.atomic():
+    with db.atomic():
         runs = Run.objects.filter(pk__in=list(run_ids), state=RunState.CLAIMED)
         schedule_ids = list(runs.values_list("schedule_id", flat=True))
         runs.update(
@@ -304,7 +304,7 @@ def claim_manual(row: Schedule, boot_id: uuid.UUID | None, now: dt.datetime) -> 
 
     The schedule's last fire moves (the admin and ``status`` show that it went out)."""
     message = Message.for_row(row)  # a bad row is refused before anything is written
-    with transaction.atomic():
+    with db.atomic():
         run = Run.objects.create(
             schedule=row,
             slot=now,
@@ -323,7 +323,7 @@ def claim_backfill(row: Schedule, slot: dt.datetime, now: dt.datetime) -> Claim 
     one-run-per-slot constraint decides (R3, R4), whoever wrote it first."""
     message = Message.for_row(row)  # a bad row is refused before anything is written
     try:
-        with transaction.atomic():
+        with db.atomic():
             run = Run.objects.create(
                 schedule=row,
                 slot=slot,

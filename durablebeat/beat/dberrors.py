@@ -20,9 +20,10 @@ import logging
 import uuid
 from typing import Any
 
-from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError
 from django.db.models import F
 
+from .. import db
 from ..models import Boot, Incident
 
 logger = logging.getLogger("durablebeat")
@@ -182,7 +183,7 @@ class Reporter:
 
 
 def record(text: str, boot_id: uuid.UUID, now: dt.datetime) -> None:
-    with transaction.atomic():
+    with db.atomic():
         boot = boot_id if Boot.objects.filter(pk=boot_id).exists() else None
         same = Incident.objects.filter(kind=KIND, detail=text)
         same = same.filter(boot_id=boot) if boot else same.filter(boot__isnull=True)
@@ -208,16 +209,18 @@ def recent(now: dt.datetime) -> list[tuple[str, int, dt.datetime, str]]:
 SUPPORTED_VENDORS = ("postgresql", "mysql", "sqlite")
 
 
-def unsupported_backend(alias: str = "default") -> str | None:
-    """Why the database ``alias`` is not one durablebeat supports, or None (R23).
+def unsupported_backend(alias: str | None = None) -> str | None:
+    """Why the database ``alias`` (durablebeat's, by default) is not one durablebeat
+    supports, or None (R23).
 
     Read from the backend, without connecting: a system check runs with the database down."""
     from django.db import connections
 
-    vendor = connections[alias].vendor
+    wrapper = connections[alias or db.alias()]
+    vendor = wrapper.vendor
     if vendor in SUPPORTED_VENDORS:
         return None
-    engine = connections[alias].settings_dict.get("ENGINE", "?")
+    engine = wrapper.settings_dict.get("ENGINE", "?")
     return (
         f"durablebeat does not support the database backend {engine!r} (vendor {vendor!r}): "
         "it runs on PostgreSQL, MariaDB 10.6+ / MySQL 8, or SQLite, whose row locking and "

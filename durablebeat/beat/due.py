@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, DataError, IntegrityError, connection, transaction
+from django.db import DatabaseError, DataError, IntegrityError, transaction
 from django.db.models import QuerySet
 from django.db.models.base import ModelState
 
-from .. import conf, validation
+from .. import conf, db, validation
 from ..core import timing
 from ..core.policy import Due
 from ..models import MESSAGE_FIELDS, POLICY_FIELDS, TIMING_FIELDS, Schedule
@@ -125,7 +125,7 @@ def fetch_due(horizon: dt.datetime, limit: int, lock: bool = False) -> list[Sche
         if len(rows) >= limit:
             break
         sql, params = _compiled(probe, horizon, limit - len(rows), lock)
-        with connection.cursor() as cur:
+        with db.connection().cursor() as cur:
             cur.execute(sql, params)
             rows += _instances(cur)
     return rows
@@ -137,12 +137,12 @@ def _instances(cur: Any) -> list[Schedule]:
     ``Model.__init__``'s walk over all the model's fields: a burst reads a thousand rows a
     batch, and that walk was most of the due query's time."""
     names, fetched = converted(cur)
-    db, new, rows = connection.alias, Schedule.__new__, []
+    alias, new, rows = db.alias(), Schedule.__new__, []
     for values in fetched:
         row = new(Schedule)
         row.__dict__.update(zip(names, values, strict=True))
         row._state = ModelState()
-        row._state.adding, row._state.db = False, db
+        row._state.adding, row._state.db = False, alias
         rows.append(row)
     return rows
 
@@ -154,6 +154,7 @@ def converted(cur: Any) -> tuple[list[str], list[list[Any]]]:
     fetched = cur.fetchall()
     if not fetched:
         return [], []
+    connection = db.connection()
     names, converting = _conversions(tuple(d[0] for d in cur.description))
     rows = []
     for values in fetched:
@@ -173,6 +174,7 @@ _CONVERSIONS: dict[tuple[Any, ...], tuple[list[str], list[tuple[int, list[Any], 
 
 
 def _conversions(columns: tuple[str, ...]) -> tuple[list[str], list[tuple[int, list[Any], Any]]]:
+    connection = db.connection()
     key = (connection.alias, connection.vendor, columns)
     found = _CONVERSIONS.get(key)
     if found is None:
@@ -206,6 +208,7 @@ _SENTINELS = (dt.datetime(2001, 1, 1, tzinfo=dt.UTC), dt.datetime(2002, 2, 2, tz
 def _compiled(probe: int, horizon: dt.datetime, n: int, lock: bool) -> tuple[str, list[Any]]:
     """The probe's SQL and its parameters for ``horizon``: compiled twice the first time,
     with two instants, to find which parameter is the horizon."""
+    connection = db.connection()
     key = (connection.alias, connection.vendor, connection.settings_dict["NAME"], probe, lock, n)
     found = _COMPILED.get(key)
     if found is None:
@@ -228,7 +231,7 @@ def _compiled(probe: int, horizon: dt.datetime, n: int, lock: bool) -> tuple[str
 
 
 def _compiled_now(probe: int, horizon: dt.datetime, n: int, lock: bool) -> tuple[str, list[Any]]:
-    sql, params = _probe(probe, horizon, n, lock).query.get_compiler(connection.alias).as_sql()
+    sql, params = _probe(probe, horizon, n, lock).query.get_compiler(db.alias()).as_sql()
     return sql, list(params)
 
 
@@ -236,9 +239,9 @@ def probe_due(now: dt.datetime) -> None:
     """The due query as a claim runs it, locks and all, rolled back: at boot, an error that
     will recur on every tick (a locking clause the server refuses, a table or a privilege
     missing) shows here, before beat takes it for an outage (R23)."""
-    with transaction.atomic():
+    with db.atomic():
         fetch_due(now, 1, lock=True)
-        transaction.set_rollback(True)
+        transaction.set_rollback(True, using=db.alias())
 
 
 def _skip_locked() -> dict[str, Any]:
@@ -248,7 +251,7 @@ def _skip_locked() -> dict[str, Any]:
     beat's locks instead: slower, as correct). ``OF``: PostgreSQL and MySQL 8; Django refuses
     it on MariaDB (``NotSupportedError``), where plain ``FOR UPDATE`` locks the same rows
     because the due query joins no other table."""
-    features = connection.features
+    features = db.connection().features
     options: dict[str, Any] = {}
     if features.has_select_for_update_skip_locked:
         options["skip_locked"] = True

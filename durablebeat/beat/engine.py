@@ -17,9 +17,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass, field
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 
-from .. import conf
+from .. import conf, db
 from ..core import clock, timing
 from ..enums import Reason
 from ..validation import known_task_names
@@ -149,7 +149,7 @@ class Engine:
             # One transaction per batch: the due rows are read (and, on PostgreSQL, locked:
             # another beat takes the next batch), decided, and the whole batch claimed. The
             # heartbeat rides in it: an idle beat commits once per heartbeat, not five times.
-            with transaction.atomic():
+            with db.atomic():
                 now = self.session.heartbeat(now)
                 # How long beat may sleep when nothing is due (and how far ahead it looks
                 # for what is): until its next heartbeat when a change wakes it anyway (R17:

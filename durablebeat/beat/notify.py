@@ -38,9 +38,9 @@ import time
 import uuid
 from typing import Any
 
-from django.db import DatabaseError, connection, connections
+from django.db import DatabaseError, connections
 
-from .. import conf, wakeup
+from .. import conf, db, wakeup
 from ..core import clock
 
 logger = logging.getLogger("durablebeat")
@@ -67,6 +67,7 @@ def mark_beat_session() -> None:
     once more instead: a look at the database that finds nothing)."""
     if conf.settings.LISTEN_DATABASE:
         return
+    connection = db.connection()
     if connection.vendor == "postgresql":
         with connection.cursor() as cur:
             cur.execute(f"SELECT set_config('{BEAT_SETTING}', 'on', false)")
@@ -247,10 +248,10 @@ class Listener(_Channel):
     )
 
     def _database(self) -> Any:
-        return connections[conf.settings.LISTEN_DATABASE or "default"]
+        return connections[conf.settings.LISTEN_DATABASE or db.alias()]
 
     def wanted(self) -> bool:
-        if not conf.settings.LISTEN_NOTIFY or connection.vendor != "postgresql":
+        if not conf.settings.LISTEN_NOTIFY or db.connection().vendor != "postgresql":
             return False
         return bool(self._database().vendor == "postgresql")
 
@@ -271,7 +272,7 @@ class Listener(_Channel):
         # From beat's own Django connection, as a change comes from another process: sent
         # on the listening connection itself, the notification would come back on it even
         # through a pooler in transaction mode.
-        with connection.cursor() as cur:
+        with db.connection().cursor() as cur:
             cur.execute("SELECT pg_notify(%s, %s)", [CHANNEL, token])
 
     def _block(self, conn: Any, timeout: float) -> bool:

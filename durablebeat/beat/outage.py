@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError
 
-from .. import conf
+from .. import conf, db
 from ..core import policy, timing
 from ..core.custom import custom_next
 from ..enums import Reason, RunState
@@ -121,7 +121,7 @@ class OutageMemory:
             stored = Schedule.objects.filter(name__in=names).values_list(*_REFRESHED)
             sql, params = stored.query.get_compiler(stored.db).as_sql()
             self._stored = (names, sql, tuple(params))
-        with connection.cursor() as cur:
+        with db.connection().cursor() as cur:
             cur.execute(self._stored[1], self._stored[2])
             _, rows = converted(cur)
         for name, next_fire_at, reason, enabled, error, fired, created in rows:
@@ -323,7 +323,7 @@ def reconcile_outage_fire(fire: OutageFire, boot_id: uuid.UUID, now: dt.datetime
     slot already had a run (another beat fired it too: logged as an incident)."""
     schedule_name, slot, published_at = fire.schedule, fire.slot, fire.published_at
     next_fire_at = fire.next_fire_at
-    with transaction.atomic():
+    with db.atomic():
         row = Schedule.objects.select_for_update().filter(name=schedule_name).first()
         if row is None:
             return False
@@ -334,7 +334,7 @@ def reconcile_outage_fire(fire: OutageFire, boot_id: uuid.UUID, now: dt.datetime
                 next_fire_at=next_fire_at, next_fire_reason=Reason.SCHEDULED, last_fired_at=slot
             )
         try:
-            with transaction.atomic():
+            with db.atomic():
                 Run.objects.create(
                     schedule=row,
                     slot=slot,

@@ -14,9 +14,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import DatabaseError, close_old_connections
 
-from .. import conf, schema
+from .. import conf, db, schema
 from ..core import clock
 from ..words import duration_words
 from . import boots, dberrors, notify
@@ -62,7 +62,7 @@ class Session:
         self.last_try = now
         try:
             close_old_connections()
-            connection.ensure_connection()
+            db.connection().ensure_connection()
             dberrors.refuse_unsupported()  # R23: a backend durablebeat cannot use stops the boot
             if missing := schema.pending():  # R32: before any query names a new column
                 self._wait_for_migrations(missing)
@@ -74,7 +74,7 @@ class Session:
             self.memory.write(self.boot_id, now)
             due_query.probe_due(now)
         except DatabaseError as exc:
-            connection.close()
+            db.connection().close()
             if dberrors.will_recur(exc):  # R23: not an outage
                 if not self.booted:
                     raise dberrors.DatabaseUnusable(exc) from exc
@@ -111,7 +111,7 @@ class Session:
         asks again at each retry. Said once per wait (a ``migrate`` under way changes what
         is missing at each step: not said again)."""
         self.ok = False
-        connection.close()
+        db.connection().close()
         if not self.missing:
             logger.warning(
                 "%s; beat waits for them, firing nothing, and looks again every %s (R32)",
@@ -128,7 +128,7 @@ class Session:
         if dberrors.will_recur(exc):  # R23: logged as such and reported by check, critical
             self.errors.report(exc, self.boot_id, now)
         with contextlib.suppress(DatabaseError):
-            connection.close()
+            db.connection().close()
         logger.error(
             "database error, firing code-defined schedules from memory until it answers: %s",
             exc,

@@ -13,9 +13,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 
-from .. import conf
+from .. import conf, db
 from ..core import timing
 from ..core.policy import Defer, Fire, Miss, decide
 from ..enums import Kind
@@ -92,7 +92,7 @@ class Triage:
                 # R25, R21: a custom object's is_due is the project's code; what it raises (a
                 # query of its own that fails too) is this row's error, in a savepoint that
                 # keeps the batch's transaction usable for the other rows
-                asking = transaction.atomic() if row.kind == Kind.CUSTOM else _NOTHING
+                asking = db.atomic() if row.kind == Kind.CUSTOM else _NOTHING
                 with asking:
                     due = due_from_row(row, self.customs.get(row.name), defaults)
                     message = Message.for_row(row)
@@ -105,7 +105,7 @@ class Triage:
                     # R25): beat wakes for it as Celery's beat does
                     wake = _earlier(wake, action.next_fire_at)
                     continue
-                with transaction.atomic():  # a savepoint: a refused write spoils no batch
+                with db.atomic():  # a savepoint: a refused write spoils no batch
                     if isinstance(action, Defer):
                         if apply_defer(due, action):
                             wake = _earlier(wake, action.next_fire_at)
@@ -132,7 +132,7 @@ class Triage:
                 extra={"event": "bad_schedule", "schedule": name},
             )
         try:
-            with transaction.atomic():
+            with db.atomic():
                 due_query.set_aside(schedule_id, why)
         except Exception as exc:
             if not is_row_error(exc):

@@ -19,9 +19,9 @@ from typing import Any
 
 from django.apps import apps
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 
-from .. import conf
+from .. import conf, db
 from ..core import timing
 from ..enums import Reason, Source
 from ..models import Schedule
@@ -307,11 +307,11 @@ def plan(now: dt.datetime) -> list[Item]:
 def run_import(now: dt.datetime, *, dry_run: bool) -> Result:
     items = plan(now)
     if not dry_run:
-        with transaction.atomic():
+        with db.atomic():
             for item in items:
                 if item.action == CREATE and item.row is not None:
                     try:
-                        with transaction.atomic():  # a savepoint: the rest still goes in
+                        with db.atomic():  # a savepoint: the rest still goes in
                             item.row.save()
                     except DatabaseError as exc:
                         item.action, item.why = SKIP, f"the database refused it: {exc}"

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.apps import apps
-from django.db import DatabaseError
+from django.db import DatabaseError, router
 from django.db.models import Count, Exists, Max, Min, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce
 
-from .. import conf
+from .. import conf, db
 from ..core import clock, timing
 from ..core.policy import hard_limit
 from ..enums import UNTRACKED, Failure, Kind, RunState
@@ -158,16 +158,22 @@ def _task_results() -> Any:
         return None
 
 
-def _backend_news() -> Any:
-    """A run whose task the result backend (django-celery-results) shows taken by a worker."""
+def _backend_news(runs: QuerySet[Run]) -> Any:
+    """Which of ``runs`` the result backend (django-celery-results) shows taken by a
+    worker: a subquery on the same database; where its router puts its table on another
+    database than durablebeat's, the task ids read there first (no query joins two)."""
     model = _task_results()
     if model is None:
         return None
-    return Exists(model.objects.filter(task_id=OuterRef("task_id"), status__in=EXECUTED))
+    executed = model.objects.filter(status__in=EXECUTED)
+    if router.db_for_read(model) == db.alias():
+        return Exists(executed.filter(task_id=OuterRef("task_id")))
+    ids = list(runs.exclude(task_id=None).values_list("task_id", flat=True))
+    return Q(task_id__in=list(executed.filter(task_id__in=ids).values_list("task_id", flat=True)))
 
 
 def _without_backend_news(runs: QuerySet[Run]) -> QuerySet[Run]:
-    news = _backend_news()
+    news = _backend_news(runs)
     return runs if news is None else runs.exclude(news)
 
 
@@ -181,8 +187,8 @@ def find_untracked(now: dt.datetime) -> list[Finding]:
     since = now - s.CHECK_LOOKBACK
     reconciled = Q(detail=UNTRACKED, finished_at__gte=since)
     waiting = Q(state__in=(RunState.PUBLISHED, RunState.NO_NEWS), claimed_at__gte=since)
-    news = _backend_news()
     runs = Run.objects.exclude(task_id=None)
+    news = _backend_news(runs.filter(waiting))
     runs = runs.filter(reconciled) if news is None else runs.filter(reconciled | (waiting & news))
     groups = _per_schedule(runs, Max("claimed_at"))
     return [

@@ -24,8 +24,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import DatabaseError, DataError, IntegrityError, close_old_connections, connection
+from django.db import DatabaseError, DataError, IntegrityError, close_old_connections
 
+from .. import db
 from ..models import Run
 from . import completion
 
@@ -83,7 +84,7 @@ def try_write(write: Write, make: Callable[[Event], bool] = apply) -> str:
         return REFUSED
     except DatabaseError as exc:
         with contextlib.suppress(DatabaseError):
-            connection.close()
+            db.connection().close()
         logger.warning(
             "could not record %s of task %s now, kept to write when the database answers: %s",
             write.what,
@@ -258,7 +259,7 @@ class Backlog:
                     wait = min(LONGEST_WAIT, wait * 2)
         finally:
             with contextlib.suppress(DatabaseError):
-                connection.close()
+                db.connection().close()
 
     def drain(self, timeout: float = 5.0) -> None:
         """At exit: one last pass, and a line for every write that is dropped."""

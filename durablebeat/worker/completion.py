@@ -13,10 +13,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 
+from .. import db
 from ..enums import UNTRACKED, RunState
 from ..models import Run, Schedule
 from ..validation import storable
@@ -92,7 +92,7 @@ def finish(event: Finished) -> bool:
         "error": storable(event.error)[:MAX_ERROR],
         "detail": "",
     }
-    with transaction.atomic():
+    with db.atomic():
         runs = Run.objects.filter(task_id=event.task_id, state__in=COMPLETABLE)
         if event.from_backend and runs.filter(started_at__isnull=True).exists():
             changes["detail"] = UNTRACKED  # a worker ran it, none said so (R27)

@@ -36,9 +36,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import DatabaseError, close_old_connections
 
-from .. import conf, dbclock, signals
+from .. import conf, db, dbclock, signals
 from ..core import clock
 from ..models import WorkerHeartbeat
 from ..schema import pending as pending_migrations
@@ -111,7 +111,7 @@ def _guarded(what: str, write: Any) -> bool:
         write()
     except DatabaseError as exc:
         with contextlib.suppress(DatabaseError):
-            connection.close()
+            db.connection().close()
         _say_failed(what, exc)
         return False
     _missing.clear()
@@ -312,7 +312,7 @@ class _Heartbeat(threading.Thread):
                 wait = min(wait, HEARTBEAT_RETRY)
             self.stopping.wait(wait)
         with contextlib.suppress(DatabaseError):
-            connection.close()
+            db.connection().close()
 
     def _write(self) -> None:
         offset = dbclock.sync()  # R26: measured with each liveness write; never raises
