@@ -300,6 +300,21 @@ def test_rows_written_many_at_once_hold_what_a_save_writes(frozen):
     assert columns("saved")["next_fire_at"] is None  # R29: the new timing's next slot
 
 
+def test_paused_is_kept_or_set_as_asked_by_calls_that_share_a_transaction(frozen):
+    """A replace keeps a paused schedule paused unless ``paused`` says otherwise; two calls
+    in one transaction each replace (on PostgreSQL each its own COPY table)."""
+    api.add_schedules({"a": digest(8), "b": digest(8)}, paused=True)
+    assert not Schedule.objects.filter(enabled=True).exists()
+    with transaction.atomic():
+        assert api.add_schedules({"a": digest(9)}) == api.Written(0, 1, 0)
+        assert not Schedule.objects.get(name="a").enabled
+        both = {"a": digest(10), "b": digest(8)}
+        assert api.add_schedules(both, paused=False) == api.Written(0, 2, 0)
+    a, b = Schedule.objects.order_by("name")
+    assert (a.hour, a.enabled, b.hour, b.enabled) == ("10", True, "8", True)
+    assert b.enabled_at is not None  # resumed as any edit resumes (models.edit_rules)
+
+
 @pytest.mark.postgres_only
 def test_many_copied_at_once_wake_a_listening_beat_on_commit_only(frozen):
     """R6, R29 (issue 28 item 5: picked up by a running beat without a restart): rows
