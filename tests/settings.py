@@ -51,6 +51,19 @@ else:
     DATABASES = {"default": database_from_env(f"postgres://{PG_USER}@{PG_HOST}:5432/durablebeat")}
     DATABASES["default"]["TEST"] = {"NAME": f"test_durablebeat{TEST_SUFFIX}"}
 
+# Issue 30 item 5: durablebeat in a database of its own (tests/e2eapp/routers.py). The test
+# run has the aliases (a test asks for them: pytest-django creates their databases only then,
+# and turns the routers on with override_settings); a process an e2e test starts is routed
+# when given E2E_SCHEDULER_URL.
+if "DATABASE_URL" not in os.environ and TEST_DB == "postgres":
+    for _alias, _name in (("scheduler", "sched"), ("replica", "replica")):
+        DATABASES[_alias] = {**DATABASES["default"], "NAME": f"durablebeat_{_name}"}
+        DATABASES[_alias]["TEST"] = {"NAME": f"test_durablebeat_{_name}{TEST_SUFFIX}"}
+if os.environ.get("E2E_SCHEDULER_URL"):
+    import dj_database_url
+
+    DATABASES["scheduler"] = dict(dj_database_url.parse(os.environ["E2E_SCHEDULER_URL"]))
+    DATABASE_ROUTERS = ["tests.e2eapp.routers.SchedulerRouter"]
 if os.environ.get("E2E_DB_POOLED") == "1":
     # Through PgBouncer in transaction pooling (R31): Django's advice for it
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
