@@ -64,6 +64,9 @@ if os.environ.get("E2E_SCHEDULER_URL"):
 
     DATABASES["scheduler"] = dict(dj_database_url.parse(os.environ["E2E_SCHEDULER_URL"]))
     DATABASE_ROUTERS = ["tests.e2eapp.routers.SchedulerRouter"]
+if os.environ.get("E2E_DB_POOL") == "1":
+    # Django's own connection pool (5.1+, psycopg[pool]): issue 30 item 2's "django-pool" cell
+    DATABASES["default"]["OPTIONS"] = {**DATABASES["default"].get("OPTIONS", {}), "pool": True}
 if os.environ.get("E2E_DB_POOLED") == "1":
     # Through PgBouncer in transaction pooling (R31): Django's advice for it
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True

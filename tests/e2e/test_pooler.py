@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
+import django
 import pytest
 from django.db import connection
 
@@ -55,13 +56,16 @@ def pooled(cluster: Cluster) -> Iterator[Cluster]:
 
 
 def _through(cluster: Cluster, mode: str) -> None:
+    if mode == "django-pool":  # Django's own pool (5.1+), straight to PostgreSQL
+        cluster.settings["E2E_DB_POOL"] = "1"
+        return
     cluster.database_url = cluster.database_url.replace(":5432/", f":{PORTS[mode]}/")
 
 
 def _relied_on(beat: Proc, mode: str) -> None:
     """Wait until beat relies on a wake-up way it saw deliver (R31)."""
     wait_until(beat.booted, 60, what="beat boot")
-    if mode == "session":
+    if mode != "transaction":
         wait_until(lambda: "LISTEN delivers" in beat.log(), 30, what="LISTEN proven")
         return
     wait_until(lambda: "broker wake-up delivers" in beat.log(), 30, what="broker proven")
@@ -74,7 +78,17 @@ def _relied_on(beat: Proc, mode: str) -> None:
     wait_until(lambda: time.monotonic() > trusted, 10, what="the savers' view")
 
 
-@pytest.mark.parametrize("mode", ["transaction", "session"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "transaction",
+        "session",
+        pytest.param(
+            "django-pool",
+            marks=pytest.mark.skipif(django.VERSION < (5, 1), reason="Django's pool is 5.1+"),
+        ),
+    ],
+)
 def test_one_offs_due_a_second_after_their_save_all_go_out_through_pgbouncer(pooled, mode):
     _through(pooled, mode)
     beat = pooled.beat()

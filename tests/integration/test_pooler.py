@@ -13,10 +13,11 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import django
 import pytest
 from django.db import connection
 
-from durablebeat import wakeup
+from durablebeat import db, wakeup
 from durablebeat.beat import boots, notify
 from durablebeat.core import clock
 from durablebeat.models import Incident
@@ -98,6 +99,31 @@ def test_a_listen_that_hears_is_proven_by_its_probe_and_relied_on(
         assert listener.deaf is False
     finally:
         listener.close()
+
+
+@pytest.mark.skipif(django.VERSION < (5, 1), reason="Django's pool is 5.1+")
+def test_a_listen_beside_djangos_own_pool_is_proven_and_hears(monkeypatch, make_schedule):
+    """Django's pool (``OPTIONS: {"pool": True}``): beat's queries, its probe among them, take
+    pooled connections; its LISTEN is a connection of its own opened from the same settings,
+    and hears (issue 30 item 2)."""
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
+    pooled_settings = {**connection.settings_dict, "OPTIONS": {"pool": {"min_size": 1}}}
+    pooled = DatabaseWrapper(pooled_settings, alias="durablebeat_pool_test")
+    monkeypatch.setattr(notify.Listener, "_database", lambda self: pooled)
+    monkeypatch.setattr(db, "connection", lambda: pooled)  # the probe goes through the pool
+    listener = notify.Listener()
+    try:
+        assert listener.available()
+        assert listener.wait(0.5) is False  # its probe, sent on a pooled connection, came back
+        assert listener.listening() is True
+        assert pooled.pool is not None and pooled.connection._pool is pooled.pool
+        make_schedule(name="saved", every=dt.timedelta(minutes=5))
+        assert listener.wait(10) is True
+    finally:
+        listener.close()
+        pooled.close()
+        pooled.close_pool()
 
 
 def test_a_listen_through_transaction_pooling_is_found_deaf_and_said_once(
