@@ -244,8 +244,9 @@ class Settings:
 
     @property
     def LISTEN_DATABASE(self) -> str:
-        """The database alias beat LISTENs on; empty: Django's ``default``. Behind a pooler
-        in transaction mode, an alias that reaches PostgreSQL directly (R31)."""
+        """The database alias beat LISTENs on; empty: durablebeat's own (``db.alias()``,
+        where the router sends it). Behind a pooler in transaction mode, an alias that
+        reaches PostgreSQL directly (R31)."""
         value = self._get("LISTEN_DATABASE", "")
         if value is None or value == "":
             return ""
