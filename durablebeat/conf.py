@@ -24,6 +24,10 @@ MAX_CATCH_UP_WINDOW = dt.timedelta(days=366)
 #: ``DURABLEBEAT_MAX_MESSAGE_BYTES``: args, kwargs and headers together, serialised as JSON
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024
 MIN_MAX_MESSAGE_BYTES, MAX_MAX_MESSAGE_BYTES = 1024, 16 * 1024 * 1024
+#: ``DURABLEBEAT_RETENTION``: a month by default; at least a day (the longest lateness a
+#: slot still fires at, ``LATE_AFTER``, is a day), at most ten years
+DEFAULT_RETENTION = dt.timedelta(days=30)
+MIN_RETENTION, MAX_RETENTION = dt.timedelta(days=1), dt.timedelta(days=3653)
 ZERO = dt.timedelta(0)
 HOUR = dt.timedelta(hours=1)
 DAY = dt.timedelta(days=1)
@@ -166,6 +170,20 @@ class Settings:
     def GC_INTERVAL(self) -> dt.timedelta:
         """Orphan reclaim runs at most this often, across all beats and restarts (R15)."""
         return self._duration("GC_INTERVAL", 5 * 60, low_open=True, high=DAY)
+
+    @property
+    def RETENTION(self) -> dt.timedelta | None:
+        """How long the ledger keeps finished runs, missed-slot records, incidents and dead
+        boots; beat deletes what is older, a little at a time (R32). ``None``: kept for
+        ever. Backfill, catch-up and the in-doubt resend never reach back past it."""
+        if self._get("RETENTION", DEFAULT_RETENTION) is None:
+            return None
+        return self._duration(
+            "RETENTION",
+            DEFAULT_RETENTION.total_seconds(),
+            low=MIN_RETENTION,
+            high=MAX_RETENTION,
+        )
 
     @property
     def WORKER_HEARTBEAT_INTERVAL(self) -> dt.timedelta:

@@ -22,6 +22,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from .. import dbclock
+from ..beat import retention
 from ..core import clock
 from ..models import Schedule
 from ..ops import timeline, timeline_query
@@ -123,9 +124,12 @@ def timeline_view(model_admin: ModelAdmin[Schedule], request: HttpRequest) -> Ht
     if not model_admin.has_view_or_change_permission(request):
         raise PermissionDenied
     dbclock.refresh()  # R26: the window ends at "now" on the database's clock
-    window, window_error = timeline.parse_window(request.GET, clock.now())
+    now = clock.now()
+    window, window_error = timeline.parse_window(request.GET, now)
     if window_error:
         messages.error(request, window_error)
+    if pruned := retention.edge_note(window.since, now):  # R32: gone, not missing
+        messages.info(request, pruned)
     changelist, filter_error = _changelist(model_admin, request)
     if filter_error:
         messages.error(request, filter_error)

@@ -28,7 +28,7 @@ from . import due as due_query
 from .claims import claim_or_split, mark_published
 from .codesync import CodeEntry
 from .due import describe_row_error, is_row_error
-from .hooks import default_hooks
+from .hooks import after_due_hooks, default_hooks
 from .loop import Hook, Refused
 from .messages import Claim, Message, ToFire
 from .outage import OutageMemory
@@ -48,6 +48,9 @@ MIN_SLEEP = 0.1
 #: ``schedule=0.5`` twice a second) wakes for each of its own slots (R25); a wake that is
 #: not ahead sleeps ``MIN_SLEEP`` (R21)
 MIN_WAKE = 0.001
+#: the shortest sleep ahead that makes room for the work after the due work (its rounds
+#: take at most ``retention.ROUND_SECONDS``)
+AFTER_DUE_MIN_SLEEP = 0.5
 
 
 @dataclass
@@ -65,6 +68,8 @@ class Engine:
     pid: int = field(default_factory=os.getpid)
     #: run in order after the publish retries while the database answers (``hooks``)
     hooks: list[Hook] = field(default_factory=default_hooks)
+    #: run after a tick's due work when beat is about to sleep (``hooks.after_due_hooks``)
+    after_due: list[Hook] = field(default_factory=after_due_hooks)
     #: the exceptions that mean "the broker is unreachable" (``publishing.broker_errors``)
     broker_errors: InitVar[tuple[type[BaseException], ...]] = publishing.BROKER_UNAVAILABLE
     #: R26: measures this host's offset to the database's clock (``dbclock.sync``) and
@@ -197,9 +202,18 @@ class Engine:
         retry_at = self.retries.next_wake()
         if retry_at is not None:
             wake = retry_at if wake is None else min(wake, retry_at)
-        if wake is None:
-            return max(MIN_SLEEP, idle)
-        return sleep_until(wake, now, idle)
+        delay = max(MIN_SLEEP, idle) if wake is None else sleep_until(wake, now, idle)
+        return self._after_due(now, delay)
+
+    def _after_due(self, now: dt.datetime, delay: float) -> float:
+        """Work that may wait (the retention's pruning, R32): after the due work, and only
+        when beat is about to sleep at least ``AFTER_DUE_MIN_SLEEP``. The scheduler counts
+        the sleep from the tick's instant (``schedulers``), so its time comes off the sleep
+        and no fire waits for it."""
+        if delay >= AFTER_DUE_MIN_SLEEP:
+            for hook in self.after_due:
+                self._run_hook(hook, now)
+        return delay
 
     def _run_hook(self, hook: Hook, now: dt.datetime) -> None:
         """A hook that fails for its own reasons is logged; firing goes on (R21). A database

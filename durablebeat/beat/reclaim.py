@@ -30,10 +30,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F, Q
 
-from .. import conf, db
+from .. import conf
 from ..core.policy import news_overdue, no_news_bound
 from ..enums import RunState
 from ..models import Incident, Marker, Run, WorkerHeartbeat
@@ -81,18 +81,18 @@ class OrphanReclaim:
             logger.exception("orphan reclaim failed", extra={"event": "reclaim_failed"})
 
 
-def take_turn(now: dt.datetime, every: dt.timedelta) -> dt.datetime | None:
-    """Compare-and-set on the shared marker: None when this beat runs the round now,
-    else when the next round is due."""
-    if Marker.objects.filter(key=ROUND_MARKER, at__lte=now - every).update(at=now):
+def take_turn(now: dt.datetime, every: dt.timedelta, key: str = ROUND_MARKER) -> dt.datetime | None:
+    """Compare-and-set on the shared marker ``key``: None when this beat runs the round now,
+    else when the next round is due. (The retention's pruning takes its turn here too.)"""
+    if Marker.objects.filter(key=key, at__lte=now - every).update(at=now):
         return None
     try:
-        with db.atomic():
-            Marker.objects.create(key=ROUND_MARKER, at=now)
+        with transaction.atomic():
+            Marker.objects.create(key=key, at=now)
         return None
     except IntegrityError:
         pass
-    last = Marker.objects.filter(key=ROUND_MARKER).values_list("at", flat=True).first()
+    last = Marker.objects.filter(key=key).values_list("at", flat=True).first()
     if last is None:
         return now  # deleted meanwhile: look again on the next tick
     return min(last, now) + every

@@ -57,12 +57,16 @@ class InDoubtResend:
 def _settle_in_doubt(loop: Loop, run: Run, now: dt.datetime) -> None:
     s = conf.settings
     schedule = run.schedule
-    window = schedule.catch_up_window or s.CATCH_UP_WINDOW
+    window, beyond = schedule.catch_up_window or s.CATCH_UP_WINDOW, "older than its window"
+    reach = s.RETENTION
+    if reach is not None and window > reach:
+        # R32: a slot older than the ledger keeps is never sent again (its run may be gone)
+        window, beyond = reach, "older than DURABLEBEAT_RETENTION"
     if now < clock.shift(run.slot, s.CATCH_UP_SETTLE):
         return  # it may still be on its way: not before the settle time
     old_boot = run.boot_id
     if not schedule.catch_up or now - run.slot > window:
-        why = "housekeeping is not re-sent" if not schedule.catch_up else "older than its window"
+        why = "housekeeping is not re-sent" if not schedule.catch_up else beyond
         detail = f"in doubt: boot {old_boot} died before confirming the publish; {why}"
         mark_missed([run.pk], detail[:300], now)
         logger.warning(

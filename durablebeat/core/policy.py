@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from zoneinfo import ZoneInfo
 
 from . import clock, solar, timing
@@ -85,6 +85,7 @@ def decide(
     late_after: dt.timedelta,
     caught_up: bool,
     one_off_window: dt.timedelta = dt.timedelta(0),
+    reach: dt.timedelta | None = None,
 ) -> Action:
     """The one decision for a due schedule.
 
@@ -93,7 +94,14 @@ def decide(
     ``caught_up``: this boot already fired a catch-up for this schedule (R8: at most one).
     ``one_off_window``: a one-off older than ``late_after`` but within this fires once,
     late (R31: its one slot is never lost silently to lateness).
+    ``reach``: the ledger's retention (None: kept for ever). A slot older than it is never
+    caught up nor fired late: its run may have been pruned, and firing it would be a second
+    fire of that slot (R4, R32).
     """
+    if reach is not None:
+        if due.catch_up_window > reach:  # rare: a comparison per row of a burst, not a copy
+            due = replace(due, catch_up_window=reach)
+        one_off_window = min(one_off_window, reach)
     action = _decide(due, now, late_after, caught_up, one_off_window)
     spec = due.spec
     if isinstance(spec, timing.Solar) and action.next_fire_at is None:

@@ -5,7 +5,8 @@ ranges call ``backfill``. Each slot of the schedule's own grid in the range goes
 the path "run now" takes (``publishing.backfill_slot``): its run first, reason ``backfill``,
 then the message. The one-run-per-slot constraint decides (R3, R4): a slot that already has
 a run, fired, skipped or missed, is left alone and said, and so is one another backfill or a
-beat took meanwhile. Nothing else changes: the schedule's next fire stays where it is.
+beat took meanwhile. A slot older than ``DURABLEBEAT_RETENTION`` is left alone too (R32):
+its run may have been pruned. Nothing else changes: the schedule's next fire stays where it is.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..beat import publishing
+from ..beat import publishing, retention
 from ..core import timing
 from ..models import Run, Schedule
 
@@ -108,8 +109,12 @@ def backfill(
         )
     )
     result = Backfill(name, dry_run)
+    edge = retention.cutoff(now)
     for slot in wanted:
-        if slot in ran:
+        if edge is not None and slot < edge:
+            # R32: its run, if it had one, may have been pruned: a fire now could be its second
+            result.left_alone.append((slot, f"before the retention's cutoff {edge.isoformat()}"))
+        elif slot in ran:
             result.left_alone.append((slot, f"it has a run already ({ran[slot]})"))
         elif dry_run:
             result.fired.append(slot)

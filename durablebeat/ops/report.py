@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db.models import Count, Q
 
+from ..beat import retention
 from ..core import timing
 from ..enums import Reason, RunState
 from ..models import Boot, MissedSlots, Run, Schedule
@@ -74,6 +75,9 @@ class Report:
     overfired: list[Overfire] = field(default_factory=list)
     #: schedules among ``by_schedule`` deleted with their history kept (R29)
     deleted: frozenset[str] = frozenset()
+    #: the window starts before the retention's cutoff: what it says of the runs before it
+    #: (R32); empty when the whole window is kept
+    pruned: str = ""
 
     @property
     def total(self) -> int:
@@ -87,6 +91,7 @@ class Report:
             "fires_by_reason": self.by_reason,
             "fires_by_schedule": self.by_schedule,
             "deleted_schedules": sorted(self.deleted),
+            "pruned": self.pruned,
             "boots": [
                 {
                     "id": str(b.id) if b.id else None,
@@ -225,7 +230,8 @@ def _boot_lines(since: dt.datetime, until: dt.datetime) -> list[BootLine]:
     return lines
 
 
-def build_report(since: dt.datetime, until: dt.datetime) -> Report:
+def build_report(since: dt.datetime, until: dt.datetime, now: dt.datetime | None = None) -> Report:
+    """The report of [since, until]; ``now`` (else ``until``) places the retention's cutoff."""
     fires = fires_in(since, until)
     by_reason = {
         r["reason"]: r["n"] for r in fires.values("reason").annotate(n=Count("id")).order_by()
@@ -244,6 +250,7 @@ def build_report(since: dt.datetime, until: dt.datetime) -> Report:
                 "name", flat=True
             )
         ),
+        pruned=retention.edge_note(since, now or until),
     )
 
 
@@ -259,6 +266,7 @@ def format_report(report: Report) -> str:
     lines = [
         f"durablebeat report: {absolute(report.since)} to {absolute(report.until)} ({span})",
         f"{report.total} fires: {_reasons(report.by_reason)}",
+        *([f"note: {report.pruned}"] if report.pruned else []),
         "",
         f"boots ({sum(1 for b in report.boots if b.id is not None)}):",
     ]

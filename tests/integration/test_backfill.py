@@ -42,6 +42,13 @@ def sync(make_schedule, make_run, t0):
     return row
 
 
+@pytest.fixture
+def an_hour_later(time_machine, t0):
+    """The command and the admin take now from the clock: an hour after the slots, well
+    within the retention (R32: a slot before its cutoff is left alone, test_retention)."""
+    time_machine.move_to(t0 + H, tick=False)
+
+
 def _backfill(t0, dry_run=False, name="sync"):
     return backfill.backfill(name, t0, t0 + 4 * M, t0 + H, dry_run=dry_run)
 
@@ -133,14 +140,14 @@ def _command(*args):
     return out.getvalue()
 
 
-def test_the_command_fires_and_says_what_it_left_alone(sync, sent, t0):
+def test_the_command_fires_and_says_what_it_left_alone(sync, sent, t0, an_hour_later):
     out = _command("sync", "--from", t0.isoformat(), "--to", (t0 + 4 * M).isoformat())
     assert out.splitlines()[0] == "sync: fired 4 slot(s), left alone 1"
     assert f"left alone {(t0 + 2 * M).isoformat()}: it has a run already" in out
     assert len(sent) == 4
 
 
-def test_the_command_dry_run_and_a_time_without_offset_is_utc(sync, sent, t0):
+def test_the_command_dry_run_and_a_time_without_offset_is_utc(sync, sent, t0, an_hour_later):
     out = _command("sync", "--from", "2026-03-02T12:00", "--to", "2026-03-02T12:01", "--dry-run")
     assert out.splitlines() == [
         "sync: would fire 2 slot(s), left alone 0",
@@ -168,7 +175,9 @@ def _missed(row, t0):
     )
 
 
-def test_the_admin_action_backfills_the_selected_ranges(admin_client, sync, sent, t0):
+def test_the_admin_action_backfills_the_selected_ranges(
+    admin_client, sync, sent, t0, an_hour_later
+):
     missed = _missed(sync, t0)
     page = admin_client.post(
         CHANGELIST,

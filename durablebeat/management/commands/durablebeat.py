@@ -1,7 +1,8 @@
-"""``manage.py durablebeat check | report | status | import-django-celery-beat | backfill``.
+"""``manage.py durablebeat check | report | status | import-django-celery-beat | backfill |
+prune``.
 
 Thin: parse the arguments, call the library functions (``health``, ``report``,
-``importer``, ``backfill``) that the tests call directly, print their words.
+``importer``, ``backfill``, ``prune``) that the tests call directly, print their words.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import conf, dbclock, words
 from ...core import clock
-from ...ops import backfill, health, importer, report, status
+from ...ops import backfill, health, importer, prune, report, status
 
 
 def _duration(text: str) -> Any:
@@ -72,6 +73,22 @@ class Command(BaseCommand):
         back.add_argument("--from", dest="since", required=True, help="ISO 8601; UTC if no offset.")
         back.add_argument("--to", dest="until", required=True, help="ISO 8601; UTC if no offset.")
         back.add_argument("--dry-run", action="store_true", help="List what would fire.")
+        pru = sub.add_parser(
+            "prune",
+            help="Delete the ledger's rows older than DURABLEBEAT_RETENTION, in batches (R32).",
+        )
+        pru.add_argument("--dry-run", action="store_true", help="Count what would go.")
+        pru.add_argument(
+            "--older-than",
+            default=None,
+            help="Keep more than the retention this time, e.g. 365d (never less).",
+        )
+        pru.add_argument(
+            "--batch-size",
+            type=int,
+            default=1000,
+            help=f"Most rows deleted in one transaction (1 to {prune.MAX_BATCH:,}; default 1000).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         checking = options["subcommand"] == "check"
@@ -83,6 +100,7 @@ class Command(BaseCommand):
             "status": self.status,
             "import-django-celery-beat": self.import_,
             "backfill": self.backfill,
+            "prune": self.prune,
         }[options["subcommand"]]
         dbclock.measure()  # R26: once per call, "now" on the database's clock
         handler(options)
@@ -132,3 +150,21 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         for line in result.lines():
             self.stdout.write(line)
+
+    def prune(self, options: dict[str, Any]) -> None:
+        older = options["older_than"]
+        try:
+            planned = prune.plan(
+                clock.now(),
+                _duration(older) if older is not None else None,
+                options["batch_size"],
+                options["dry_run"],
+            )
+        except prune.PruneRefused as exc:
+            raise CommandError(str(exc)) from exc
+
+        def say(line: str) -> None:
+            self.stdout.write(line)
+            self.stdout.flush()  # progress as it goes, also into a pipe or a log
+
+        prune.prune(planned, say)

@@ -1,0 +1,267 @@
+"""A bounded ledger (R32, issue 31): what is older than ``DURABLEBEAT_RETENTION`` is deleted,
+a little at a time, by beat itself (a loop hook after the due work) and by ``durablebeat
+prune`` (``ops.prune``).
+
+What goes: finished runs, missed-slot records and incidents older than the cutoff, then the
+boots that stopped before it and that nothing refers to any more. What stays, whatever its
+age: a run still in flight (claimed, published, started: the in-doubt resend and the reclaim
+need it), the newest run of each schedule (its last-run facts: a one-off's only run, a
+custom schedule's last run, R25), and a boot a row still names (in-doubt runs are found by
+their dead boot, R9).
+
+Each batch is one short transaction deleting at most ``batch`` rows by primary key (a list,
+not a ``DELETE … LIMIT`` subquery, which MariaDB refuses): old rows only, which no claim
+locks or waits on. The deleted slots are never fired again: backfill, catch-up and the
+in-doubt resend stop at the same cutoff (``cutoff``), so R4's one run per slot holds in
+effect after its run is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from django.db import DatabaseError
+from django.db.models import Exists, OuterRef, Q
+
+from .. import conf, db
+from ..enums import FINAL_STATES, RunState
+from ..models import Boot, Incident, MissedSlots, Run
+from ..words import absolute, duration_words
+from . import dberrors
+from .loop import Loop
+from .reclaim import take_turn
+
+logger = logging.getLogger("durablebeat")
+
+#: the Marker row whose compare-and-set elects one pruning round at a time across beats
+ROUND_MARKER = "retention"
+#: a pruning round at most this often, across all beats
+ROUND_EVERY = dt.timedelta(seconds=10)
+#: rows a batch deletes, in one transaction
+BATCH = 500
+#: most rows one round of beat deletes, and the longest it spends (beat prunes only when it
+#: would sleep longer than that, and sleeps that much less: a fire is never delayed)
+ROUND_ROWS = 5000
+ROUND_SECONDS = 0.2
+#: a run in these states may go; the others are in flight (R9, R13, R15)
+DONE_STATES = (*FINAL_STATES, RunState.NO_NEWS)
+#: the longest a batch waits for a row lock on PostgreSQL
+LOCK_WAIT_MS = 200
+#: what is pruned, in the order a round takes it (boots last: they go once nothing names them)
+TABLES = ("runs", "missed slots", "incidents", "boots")
+
+
+def cutoff(now: dt.datetime, retention: dt.timedelta | None = None) -> dt.datetime | None:
+    """The instant before which the ledger is pruned (``retention``, else the setting);
+    None when it is kept for ever."""
+    keep = retention if retention is not None else conf.settings.RETENTION
+    return None if keep is None else now - keep
+
+
+def edge_note(since: dt.datetime, now: dt.datetime) -> str:
+    """What report and the timeline say of a window that starts before the cutoff: the runs
+    before it were deleted, not missing; empty when the window is within the retention."""
+    edge = cutoff(now)
+    if edge is None or since >= edge:
+        return ""
+    keep = conf.settings.RETENTION
+    assert keep is not None
+    return (
+        f"history before {absolute(edge)} is pruned (DURABLEBEAT_RETENTION = "
+        f"{duration_words(keep)}): only in-flight runs and each schedule's newest run are "
+        "kept from before it, so fewer fires there mean nothing"
+    )
+
+
+# --- one batch per table ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _batch() -> Iterator[None]:
+    """One batch's transaction. On PostgreSQL it waits at most ``LOCK_WAIT`` for a row lock
+    (a worker writing an old run's outcome at that instant): pruning waits on nobody's lock
+    for long, and the round ends there (``RetentionRound``), to go on in the next."""
+    with db.atomic():
+        connection = db.connection()
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_WAIT_MS}ms'")
+        yield
+
+
+@dataclass
+class Pass:
+    """One pass over the ledger at one cutoff, a batch at a time; it remembers where each
+    table's scan is, so that the rows kept (in flight, newest) are read once per pass."""
+
+    before: dt.datetime
+    batch: int = BATCH
+    #: per table, the last primary key looked at (tables scanned by primary key)
+    after: dict[str, int] = field(default_factory=dict)
+    #: the last run looked at, (claimed_at, pk)
+    runs_after: tuple[dt.datetime, int] | None = None
+    #: tables with nothing left before the cutoff
+    done: set[str] = field(default_factory=set)
+    deleted: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TABLES, 0))
+
+    @property
+    def finished(self) -> bool:
+        return self.done >= set(TABLES)
+
+    def step(self) -> int:
+        """Delete one batch from the first table not done; the rows deleted."""
+        for table in TABLES:
+            if table not in self.done:
+                n = _STEPS[table](self)
+                self.deleted[table] += n
+                return n
+        return 0
+
+    def _page(self, table: str, model: type[MissedSlots | Incident], at: str) -> list[int]:
+        """The next ``batch`` rows by primary key, the ids of those older than the cutoff;
+        the table is done once a page reaches the cutoff or the end. Every old row of these
+        goes, so the oldest ids are at the front, and they were written in time order (their
+        time is the writer's now): no index on their time is needed."""
+        page = list(
+            model.objects.filter(pk__gt=self.after.get(table, 0))
+            .order_by("pk")
+            .values_list("pk", at)[: self.batch]
+        )
+        if len(page) < self.batch or page[-1][1] >= self.before:
+            self.done.add(table)
+        if page:
+            self.after[table] = page[-1][0]
+        return [pk for pk, when in page if when < self.before]
+
+
+def _runs(p: Pass) -> int:
+    """Runs by their claim time's index, from where the pass is (a run kept is read once a
+    pass, and old runs are found however their ids are ordered)."""
+    runs = Run.objects.filter(claimed_at__lt=p.before)
+    if p.runs_after is not None:
+        at, pk = p.runs_after
+        runs = runs.filter(Q(claimed_at__gt=at) | Q(claimed_at=at, pk__gt=pk))
+    page = list(runs.order_by("claimed_at", "pk").values_list("claimed_at", "pk")[: p.batch])
+    if len(page) < p.batch:
+        p.done.add("runs")
+    if not page:
+        return 0
+    p.runs_after = page[-1]
+    newer = Run.objects.filter(schedule_id=OuterRef("schedule_id"), slot__gt=OuterRef("slot"))
+    with _batch():
+        ids = list(
+            Run.objects.filter(pk__in=[pk for _, pk in page])
+            .filter(slot__lt=p.before, state__in=DONE_STATES)
+            .filter(Exists(newer))
+            .values_list("pk", flat=True)
+        )
+        return Run.objects.filter(pk__in=ids).delete()[0] if ids else 0
+
+
+def _missed(p: Pass) -> int:
+    old = p._page("missed slots", MissedSlots, "recorded_at")
+    with _batch():
+        return MissedSlots.objects.filter(pk__in=old).delete()[0] if old else 0
+
+
+def _incidents(p: Pass) -> int:
+    old = p._page("incidents", Incident, "at")
+    with _batch():
+        return Incident.objects.filter(pk__in=old).delete()[0] if old else 0
+
+
+def _boots(p: Pass) -> int:
+    """Boots last heard of before the cutoff that no run, missed-slot record or incident
+    names (their ids are UUIDs: found by the heartbeat's index, not by primary key)."""
+    named = [
+        Exists(model.objects.filter(boot_id=OuterRef("pk")))
+        for model in (Run, MissedSlots, Incident)
+    ]
+    ids = list(
+        Boot.objects.filter(heartbeat_at__lt=p.before)
+        .exclude(named[0])
+        .exclude(named[1])
+        .exclude(named[2])
+        .order_by("heartbeat_at")
+        .values_list("pk", flat=True)[: p.batch]
+    )
+    if len(ids) < p.batch:
+        p.done.add("boots")
+    with _batch():
+        return Boot.objects.filter(pk__in=ids).delete()[0] if ids else 0
+
+
+_STEPS: dict[str, Callable[[Pass], int]] = {
+    "runs": _runs,
+    "missed slots": _missed,
+    "incidents": _incidents,
+    "boots": _boots,
+}
+
+
+def prune_round(p: Pass, most_rows: int, in_time: Callable[[], bool] = lambda: True) -> int:
+    """Batches of ``p`` until it is finished, ``most_rows`` are deleted or ``in_time()``
+    says the time is up (asked between batches); the rows deleted."""
+    deleted = 0
+    while not p.finished and deleted < most_rows and in_time():
+        deleted += p.step()
+    return deleted
+
+
+# --- the loop hook ----------------------------------------------------------------------------
+
+
+@dataclass
+class RetentionRound:
+    """The beat loop hook, run after a tick's due work (``Engine.after_due``): a bounded
+    round of pruning when this beat holds the shared turn (one beat at a time, R32)."""
+
+    next_look: dt.datetime | None = None
+    #: the pass in progress, continued by the next round
+    current: Pass | None = None
+    rounds: int = 0
+    seconds: float = ROUND_SECONDS
+    most_rows: int = ROUND_ROWS
+
+    def __call__(self, loop: Loop, now: dt.datetime) -> None:
+        if self.next_look is not None and now < self.next_look:
+            return
+        edge = cutoff(now)
+        if edge is None:
+            self.next_look = now + ROUND_EVERY
+            return
+        turn_again_at = take_turn(now, ROUND_EVERY, ROUND_MARKER)
+        if turn_again_at is not None:
+            self.next_look = turn_again_at
+            return
+        self.next_look = now + ROUND_EVERY
+        self.rounds += 1
+        if self.current is None or self.current.finished:
+            self.current = Pass(edge)
+        ends = time.monotonic() + self.seconds
+        try:
+            n = prune_round(self.current, self.most_rows, lambda: time.monotonic() < ends)
+        except DatabaseError as exc:
+            if dberrors.is_unreachable(exc):
+                raise  # the engine's outage path (R5)
+            # a lock wait cut short, a conflict: not the database's outage; the next round
+            # starts the pass again
+            logger.warning(
+                "pruning the ledger stopped for this round: %s",
+                dberrors.describe(exc),
+                extra={"event": "prune_stopped", "boot": str(loop.boot_id)},
+            )
+            self.current = None
+            return
+        if n:
+            logger.info(
+                "pruned %d ledger rows older than %s",
+                n,
+                absolute(self.current.before),
+                extra={"event": "pruned", "rows": n, "boot": str(loop.boot_id)},
+            )
