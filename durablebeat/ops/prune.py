@@ -106,14 +106,16 @@ def prune(
         return counts
     run = retention.Pass(p.before, batch=p.batch)
     started = last_said = clock()
-    said_table = ""
     while not run.finished:
         table = next(t for t in retention.TABLES if t not in run.done)
         run.step()
         at = clock()
-        if table != said_table or at - last_said >= PROGRESS_EVERY or run.finished:
-            said_table, last_said = table, at
-            so_far = ", ".join(f"{t} {n:,}" for t, n in run.deleted.items() if n)
-            say(f"  deleted so far: {so_far or 'nothing'} ({at - started:.1f} s)")
+        if table in run.done:
+            say(f"  {table}: {run.deleted[table]:,} deleted ({at - started:.1f} s)")
+        elif at - last_said >= PROGRESS_EVERY:
+            say(f"  {table}: {run.deleted[table]:,} deleted so far ({at - started:.1f} s)")
+        else:
+            continue
+        last_said = at
     say(f"done: {sum(run.deleted.values()):,} rows deleted in {clock() - started:.1f} s")
     return dict(run.deleted)

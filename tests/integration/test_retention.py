@@ -293,7 +293,12 @@ def test_prune_deletes_in_bounded_transactions_saying_progress(ledger, time_mach
     time_machine.move_to(NOW, tick=False)
     lines = _prune("--batch-size", "2")
     assert lines[0].endswith("at most 2 rows a transaction")
-    assert any(line.startswith("  deleted so far: runs ") for line in lines)
+    assert [line.split(" (")[0] for line in lines[1:-1]] == [
+        "  runs: 6 deleted",
+        "  missed slots: 1 deleted",
+        "  incidents: 1 deleted",
+        "  boots: 1 deleted",
+    ]
     assert lines[-1].startswith("done: 9 rows deleted")
     _assert_pruned(ledger)
 
@@ -389,3 +394,17 @@ def test_a_round_waits_at_most_its_lock_wait_on_a_locked_old_run(ledger, make_en
     assert Run.objects.filter(pk=old).exists()
     hook(engine, NOW + retention.ROUND_EVERY)
     assert not Run.objects.filter(pk__in=ledger["old"]).exists()
+
+
+def test_prune_says_its_progress_at_least_every_few_seconds(ledger):
+    """Each batch takes 6 s on the clock given: a line after each, so a long first cleanup
+    is never silent for more than ``PROGRESS_EVERY``."""
+    said: list[str] = []
+    ticks = iter(range(0, 10_000, 6))
+    planned = prune.plan(NOW, None, batch=2, dry_run=False)
+    prune.prune(planned, said.append, clock=lambda: float(next(ticks)))
+    assert [line.split(" deleted so far ")[::-1] for line in said[1:3]] == [
+        ["(6.0 s)", "  runs: 2"],
+        ["(12.0 s)", "  runs: 3"],  # the schedule's newest run is kept
+    ]
+    _assert_pruned(ledger)
