@@ -176,7 +176,7 @@ def add_schedules(
     replaced: list[Schedule] = []
     unchanged, changed = 0, set[str]()
     with db.atomic():
-        stored = _rows([code.name for code in parsed], lock=True)
+        stored = _locked_rows([code.name for code in parsed])
         for code in parsed:
             row = stored.get(code.name)
             if row is None:
@@ -330,6 +330,39 @@ def _rows(names: Iterable[str], lock: bool = False) -> dict[str, Schedule]:
     for start in range(0, len(names), CHUNK):
         rows = Schedule.objects.filter(name__in=names[start : start + CHUNK])
         found |= {row.name: row for row in (rows.select_for_update() if lock else rows)}
+    return found
+
+
+def _locked_rows(names: list[str]) -> dict[str, Schedule]:
+    """``_rows(names, lock=True)``. PostgreSQL: one query, the names one array, and each row
+    made as the ORM makes it (each field's ``from_db_value``, the backend having no
+    converters of its own, then ``from_db``) without its compiler: 10,000 rows in 0.4 s
+    rather than 0.7 (benchmarks/README.md)."""
+    from django.db.backends.base.operations import BaseDatabaseOperations
+
+    connection = db.connection()
+    own_converters = type(connection.ops).get_db_converters
+    if connection.vendor != "postgresql" or (
+        own_converters is not BaseDatabaseOperations.get_db_converters
+    ):
+        return _rows(names, lock=True)
+    meta = Schedule._meta
+    fields, quote = meta.concrete_fields, connection.ops.quote_name
+    loads = [(i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
+    attnames = [f.attname for f in fields]
+    sql = (
+        f"SELECT {', '.join(quote(str(f.column)) for f in fields)} FROM {quote(meta.db_table)} "
+        f"WHERE {quote(str(meta.get_field('name').column))} = ANY(%s) FOR UPDATE"
+    )
+    found: dict[str, Schedule] = {}
+    with connection.cursor() as cur:
+        cur.execute(sql, [names])
+        for stored in cur.fetchall():
+            values = list(stored)
+            for i, load in loads:
+                values[i] = load(values[i], None, connection)
+            row = Schedule.from_db(connection.alias, attnames, values)
+            found[row.name] = row
     return found
 
 
