@@ -10,6 +10,7 @@ beat never decides on a row read from a replica.
 
 from __future__ import annotations
 
+from django.apps import apps
 from django.db import connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.transaction import Atomic
@@ -17,9 +18,7 @@ from django.db.transaction import Atomic
 
 def alias() -> str:
     """The alias of the database the router writes durablebeat's models to."""
-    from durablebeat.models import Schedule
-
-    return router.db_for_write(Schedule)
+    return router.db_for_write(apps.get_model("durablebeat", "Schedule"))
 
 
 def connection() -> BaseDatabaseWrapper:
