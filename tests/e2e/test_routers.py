@@ -24,6 +24,7 @@ from durablebeat.models import Boot, Run, Schedule
 from tests.e2eapp.routers import SCHEDULER
 
 from .harness import ROOT, Cluster, wait_until
+from .test_pooler import two_beats_and_restarts
 
 pytestmark = [
     pytest.mark.e2e,
@@ -92,3 +93,10 @@ def test_beat_and_worker_in_a_database_of_their_own_send_the_one_off_probe_on_ti
     _, findings = routed.check()
     assert "no_beat" not in {f["code"] for f in findings}, findings  # the live boot, read there
     assert "once-5" in _command(routed, "status")
+
+
+def test_two_beats_and_restarts_in_a_database_of_their_own_fire_each_slot_once(routed):
+    """Issue 30's restart storm, short, through the router: 0 duplicates, 0 missed."""
+    two_beats_and_restarts(routed)
+    for model in (Schedule, Run, Boot):
+        assert not model.objects.using("default").exists(), model.__name__
