@@ -36,6 +36,9 @@ TASK = "bench.noop"
 SCHEDULER = "durablebeat.schedulers:DurableScheduler"
 FAR = dt.timedelta(days=30)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+#: runs with a slot before this are history a benchmark keeps across bursts
+#: (``benchmarks.deep_ledger``); None: every run is the last measurement's and goes
+HISTORY_BEFORE: dt.datetime | None = None
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
 
@@ -123,14 +126,22 @@ def populate(n: int) -> None:
             cur.execute("VACUUM ANALYZE durablebeat_schedule")
 
 
+def burst_runs() -> Any:
+    """The runs a measurement left: all of them, or those after ``HISTORY_BEFORE``."""
+    from durablebeat.models import Run
+
+    runs = Run.objects.all()
+    return runs if HISTORY_BEFORE is None else runs.filter(slot__gte=HISTORY_BEFORE)
+
+
 def reset(due_at: dt.datetime | None = None, names: list[str] | None = None) -> None:
     """Every schedule a month away again, runs gone, dead row versions vacuumed: each
     measurement starts from the steady state, not from the last one's debris."""
     from django.db import connection
 
-    from durablebeat.models import Run, Schedule
+    from durablebeat.models import Schedule
 
-    Run.objects.all().delete()
+    burst_runs().delete()
     Schedule.objects.filter(next_fire_at__lt=now() + FAR / 2).update(
         next_fire_at=now() + FAR, stuck_since=None, stuck_reason=""
     )
@@ -335,11 +346,12 @@ def measure_pickup(r: Any, name: str, max_interval: float) -> float:
     return (seen or float("nan")) - start
 
 
-def measure_burst(r: Any, n: int, lead: float) -> dict[str, Any]:
-    """All N schedules due in the same second: broker rate, lateness, duplicates, losses."""
-    from durablebeat.models import Run, Schedule
+def measure_burst(r: Any, n: int, lead: float, poll: float = 0.005) -> dict[str, Any]:
+    """All N schedules due in the same second: broker rate, lateness, duplicates, losses
+    (the queue read every ``poll`` seconds)."""
+    from durablebeat.models import Schedule
 
-    Run.objects.all().delete()
+    burst_runs().delete()
     r.flushdb()
     due = now().replace(microsecond=0) + dt.timedelta(seconds=lead + 1)
     # the N tenants (not celery.backend_cleanup, the code entry Celery's beat adds too)
@@ -354,7 +366,7 @@ def measure_burst(r: Any, n: int, lead: float) -> dict[str, Any]:
         if count >= n:
             last = time.time()
             break
-        time.sleep(0.005)
+        time.sleep(poll)
     time.sleep(0.5)  # anything beyond N would be a duplicate: give it a moment to show
     slots: dict[tuple[str, str], int] = {}
     by_boot: dict[str, int] = {}  # which beat sent it: each beat's share of the burst
@@ -371,7 +383,7 @@ def measure_burst(r: Any, n: int, lead: float) -> dict[str, Any]:
         "late_first": (first - t_due) if first else float("nan"),
         "duplicates": float(sum(c - 1 for c in slots.values())),
         "lost": float(n - len(slots)),
-        "runs": float(Run.objects.count()),
+        "runs": float(burst_runs().count()),
         "shares": sorted(by_boot.values(), reverse=True),
     }
     reset()
