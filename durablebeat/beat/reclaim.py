@@ -30,10 +30,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError
 from django.db.models import F, Q
 
-from .. import conf
+from .. import conf, db
 from ..core.policy import news_overdue, no_news_bound
 from ..enums import RunState
 from ..models import Incident, Marker, Run, WorkerHeartbeat
@@ -87,7 +87,7 @@ def take_turn(now: dt.datetime, every: dt.timedelta, key: str = ROUND_MARKER) ->
     if Marker.objects.filter(key=key, at__lte=now - every).update(at=now):
         return None
     try:
-        with transaction.atomic():
+        with db.atomic():
             Marker.objects.create(key=key, at=now)
         return None
     except IntegrityError:
