@@ -8,12 +8,14 @@ import datetime as dt
 import re
 
 import pytest
+from django.contrib import admin
 from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 
+from durablebeat.admin.ledger import FIRES_COUNTED, BootAdmin
 from durablebeat.beat import live, publishing
 from durablebeat.enums import Reason, RunState, Source
-from durablebeat.models import Run, Schedule
+from durablebeat.models import Boot, Run, Schedule
 from tests.integration.admin_forms import schedule_form
 
 pytestmark = pytest.mark.django_db
@@ -534,7 +536,23 @@ def test_boots_list(admin_client, make_boot, make_schedule, make_run, t0):
     page = text(response)
     assert "pod-7" in page
     [listed] = response.context["cl"].result_list
-    assert listed.n_fires == 1
+    assert BootAdmin(Boot, admin.site).fires(listed) == "1"
+
+
+def test_boots_list_counts_a_boots_fires_to_a_bound(make_boot, make_schedule, t0):
+    """Issue 31: the count reads at most FIRES_COUNTED + 1 runs of a boot, whatever the
+    ledger holds, and says when there are more."""
+    boot = make_boot(started_at=t0 - H)
+    job = make_schedule("job", every=1)
+    fires = BootAdmin(Boot, admin.site).fires
+    slots = [t0 - (FIRES_COUNTED + 1 - i) * S for i in range(FIRES_COUNTED + 1)]
+    runs = [
+        Run(schedule=job, slot=s, claimed_at=s, boot=boot, task_id=f"t{s:%H%M%S}") for s in slots
+    ]
+    Run.objects.bulk_create(runs[:-1])
+    assert fires(boot) == f"{FIRES_COUNTED:,}"
+    Run.objects.bulk_create(runs[-1:])
+    assert fires(boot) == f"{FIRES_COUNTED:,}+"
 
 
 @pytest.mark.parametrize(
