@@ -24,19 +24,22 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from django.db import DatabaseError
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, Model, OuterRef, Q, QuerySet
 
 from .. import conf, db
 from ..enums import FINAL_STATES, RunState
-from ..models import Boot, Incident, MissedSlots, Run
+from ..models import Boot, Incident, Marker, MissedSlots, Run
 from ..words import absolute, duration_words
 from . import dberrors
 from .loop import Loop
 from .reclaim import take_turn
 
 logger = logging.getLogger("durablebeat")
+
+_Row = TypeVar("_Row", bound=Model)
 
 #: the Marker row whose compare-and-set elects one pruning round at a time across beats
 ROUND_MARKER = "retention"
@@ -52,6 +55,8 @@ ROUND_SECONDS = 0.2
 DONE_STATES = (*FINAL_STATES, RunState.NO_NEWS)
 #: the longest a batch waits for a row lock on PostgreSQL
 LOCK_WAIT_MS = 200
+#: the Marker row holding the latest cutoff runs were pruned at (``pruned_before``)
+PRUNED_MARKER = "retention_pruned_before"
 #: what is pruned, in the order a round takes it (boots last: they go once nothing names them)
 TABLES = ("runs", "missed slots", "incidents", "boots")
 
@@ -61,6 +66,26 @@ def cutoff(now: dt.datetime, retention: dt.timedelta | None = None) -> dt.dateti
     None when it is kept for ever."""
     keep = retention if retention is not None else conf.settings.RETENTION
     return None if keep is None else now - keep
+
+
+def _pruned(before: dt.datetime) -> None:
+    """Remember that runs before ``before`` may be gone (``pruned_before``), in the
+    deleting transaction; the mark only moves on."""
+    if not Marker.objects.filter(key=PRUNED_MARKER, at__lt=before).update(at=before):
+        Marker.objects.get_or_create(key=PRUNED_MARKER, defaults={"at": before})
+
+
+def pruned_before() -> dt.datetime | None:
+    """The latest cutoff any prune deleted runs at: a slot before it may have lost its run,
+    whatever the retention is now (a retention raised later brings nothing back)."""
+    return Marker.objects.filter(key=PRUNED_MARKER).values_list("at", flat=True).first()
+
+
+def edge(now: dt.datetime) -> dt.datetime | None:
+    """Before this instant a slot is never fired again: the retention's cutoff, or the
+    latest one pruned at when that is later (R4 after its run is gone, R32)."""
+    marks = [m for m in (cutoff(now), pruned_before()) if m is not None]
+    return max(marks) if marks else None
 
 
 def edge_note(since: dt.datetime, now: dt.datetime) -> str:
@@ -92,6 +117,25 @@ def _batch() -> Iterator[None]:
             with connection.cursor() as cursor:
                 cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_WAIT_MS}ms'")
         yield
+
+
+def _free(rows: QuerySet[_Row]) -> QuerySet[_Row]:
+    """``rows`` less those another transaction holds (a worker writing an old run's outcome,
+    ``durablebeat prune`` beside beat's round), locked for this batch where the database
+    can skip a lock (PostgreSQL, MariaDB 10.6+, MySQL 8): a batch never waits on one."""
+    if db.connection().features.has_select_for_update_skip_locked:
+        return rows.select_for_update(skip_locked=True)
+    return rows
+
+
+def _delete(model: type[_Row], ids: list[Any]) -> int:
+    """One batch: the free rows of ``ids``, deleted in one short transaction."""
+    if not ids:
+        return 0
+    with _batch():
+        rows = model._default_manager.filter(pk__in=ids)
+        free = list(_free(rows).values_list("pk", flat=True))
+        return model._default_manager.filter(pk__in=free).delete()[0] if free else 0
 
 
 @dataclass
@@ -155,24 +199,27 @@ def _runs(p: Pass) -> int:
     newer = Run.objects.filter(schedule_id=OuterRef("schedule_id"), slot__gt=OuterRef("slot"))
     with _batch():
         ids = list(
-            Run.objects.filter(pk__in=[pk for _, pk in page])
+            _free(Run.objects.filter(pk__in=[pk for _, pk in page]))
             .filter(slot__lt=p.before, state__in=DONE_STATES)
             .filter(Exists(newer))
             .values_list("pk", flat=True)
         )
-        return Run.objects.filter(pk__in=ids).delete()[0] if ids else 0
+        deleted = Run.objects.filter(pk__in=ids).delete()[0] if ids else 0
+        if deleted:
+            _pruned(p.before)
+        return deleted
 
 
 def _missed(p: Pass) -> int:
-    old = p._page("missed slots", MissedSlots, "recorded_at")
-    with _batch():
-        return MissedSlots.objects.filter(pk__in=old).delete()[0] if old else 0
+    return _delete(MissedSlots, p._page("missed slots", MissedSlots, "recorded_at"))
 
 
 def _incidents(p: Pass) -> int:
+    """Old incidents, but not one a boot still heard from recorded: a live beat's
+    ``listen_deaf`` is recorded once a boot and read as long as it lives (R31)."""
     old = p._page("incidents", Incident, "at")
-    with _batch():
-        return Incident.objects.filter(pk__in=old).delete()[0] if old else 0
+    live = Incident.objects.filter(pk__in=old, boot__heartbeat_at__gte=p.before)
+    return _delete(Incident, sorted(set(old) - set(live.values_list("pk", flat=True))))
 
 
 def _boots(p: Pass) -> int:
@@ -192,8 +239,7 @@ def _boots(p: Pass) -> int:
     )
     if len(ids) < p.batch:
         p.done.add("boots")
-    with _batch():
-        return Boot.objects.filter(pk__in=ids).delete()[0] if ids else 0
+    return _delete(Boot, ids)
 
 
 _STEPS: dict[str, Callable[[Pass], int]] = {

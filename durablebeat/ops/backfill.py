@@ -109,11 +109,11 @@ def backfill(
         )
     )
     result = Backfill(name, dry_run)
-    edge = retention.cutoff(now)
+    edge = retention.edge(now)
     for slot in wanted:
         if edge is not None and slot < edge:
             # R32: its run, if it had one, may have been pruned: a fire now could be its second
-            result.left_alone.append((slot, f"before the retention's cutoff {edge.isoformat()}"))
+            result.left_alone.append((slot, f"before the ledger's pruned edge {edge.isoformat()}"))
         elif slot in ran:
             result.left_alone.append((slot, f"it has a run already ({ran[slot]})"))
         elif dry_run:

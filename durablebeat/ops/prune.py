@@ -82,7 +82,9 @@ def would_delete(before: dt.datetime) -> dict[str, int]:
     return {
         "runs": runs,
         "missed slots": MissedSlots.objects.filter(recorded_at__lt=before).count(),
-        "incidents": Incident.objects.filter(at__lt=before).count(),
+        "incidents": Incident.objects.filter(at__lt=before)
+        .exclude(boot__heartbeat_at__gte=before)
+        .count(),
         "boots": boots.count(),
     }
 
