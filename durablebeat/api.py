@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -384,7 +385,16 @@ def _refuse_code_owned(row: Schedule) -> None:
 
 #: what a replace compares to tell a row unchanged (what it writes, less what it always does)
 _COMPARED = tuple(name for name in _WRITTEN if name not in _ALWAYS_WRITTEN)
-_values = operator.attrgetter(*_COMPARED)
+_attrs = operator.attrgetter(*_COMPARED)
+
+
+def _values(row: Schedule) -> tuple[Any, ...]:
+    """The compared fields, each as it is stored: JSON by its text, so that ``1``, ``1.0``
+    and ``True`` (equal in Python) count as the change they are in a task's arguments."""
+    return tuple(
+        json.dumps(v, sort_keys=True, default=repr) if isinstance(v, dict | list) else v
+        for v in _attrs(row)
+    )
 
 
 def _create(codes: list[CodeEntry], enabled: bool) -> None:

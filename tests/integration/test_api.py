@@ -61,6 +61,18 @@ def test_add_creates_then_replaces_by_name_and_a_retry_changes_nothing(frozen):
     assert Schedule.objects.count() == 1
 
 
+@pytest.mark.parametrize("changed", [{"task": "tests.e2eapp.tasks.record"}, {}])
+def test_a_replace_writes_a_json_value_python_calls_equal(frozen, changed):
+    """``1 == 1.0 == True`` in Python, not in a task's arguments: a replace that turns one
+    into another writes it, alone or beside another change (R29)."""
+    api.add_schedules({"job": digest(kwargs={"dry_run": 1})})
+    for value in (True, 1.0, 1):
+        written = api.add_schedules({"job": digest(kwargs={"dry_run": value}) | changed})
+        assert written.replaced == 1
+        stored = Schedule.objects.get().kwargs["dry_run"]
+        assert (type(stored), stored) == (type(value), value)
+
+
 @pytest.mark.parametrize(
     ("entry", "field", "words"),
     [
