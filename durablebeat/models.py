@@ -226,10 +226,11 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             kwargs.setdefault("enabled_at", _where(was_off, now, "enabled_at"))
             passed = was_off & Q(next_fire_at__lt=now)
             if not (TIMING_FIELDS_SET | {"next_fire_at"}) & kwargs.keys():
-                kwargs["next_fire_at"] = _where(passed, None, "next_fire_at")
+                # the reason first: MySQL's SET reads the columns it already set
                 kwargs.setdefault(
                     "next_fire_reason", _where(passed, Reason.SCHEDULED, "next_fire_reason")
                 )
+                kwargs["next_fire_at"] = _where(passed, None, "next_fire_at")
         if "next_fire_at" in kwargs:
             kwargs.setdefault("next_fire_reason", Reason.SCHEDULED)
         elif TIMING_FIELDS_SET & kwargs.keys():

@@ -53,6 +53,7 @@ def test_a_schedule_enabled_again_fires_from_its_next_slot(
     engine = make_engine()
     engine.tick(morning)
     api.pause_schedule("paused")
+    Schedule.objects.filter(name="paused").update(next_fire_reason=Reason.CATCH_UP)
     time_machine.move_to(morning + 90 * M, tick=False)  # 08:30: the 08:00 slot passed paused
     Schedule.objects.filter(name="running").update(enabled=True)  # already enabled
     resume("paused")
