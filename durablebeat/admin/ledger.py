@@ -64,7 +64,7 @@ class WithRunsFilter(admin.RelatedOnlyFieldListFilter):
 
     def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> Any:
         related = field.related_model._default_manager
-        chosen = self.lookup_val
+        chosen: Any = self.lookup_val
         if isinstance(chosen, str):  # Django < 5.0: one value, not a list
             chosen = [chosen]
         if related.count() > FILTER_CHOICES:
