@@ -245,7 +245,8 @@ class BootAdmin(ReadOnlyAdmin):
         sent = Run.objects.filter(boot=obj, task_id__isnull=False).exclude(
             state__in=[RunState.SKIPPED, RunState.MISSED]
         )
-        n = sent[: FIRES_COUNTED + 1].count()
+        # unordered: the runs' newest-first would walk the slot index past every other boot's
+        n = sent.order_by()[: FIRES_COUNTED + 1].count()
         return f"{FIRES_COUNTED:,}+" if n > FIRES_COUNTED else f"{n:,}"
 
 
