@@ -8,18 +8,23 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
+from django.conf import settings
 from django.db import connection
 
 from .harness import Cluster
 
 SUFFIX = os.environ.get("DURABLEBEAT_TEST_SUFFIX", "")
-# Redis database 14 by default; a parallel run sets DURABLEBEAT_TEST_REDIS_DB to its own.
+# The broker of this test process's own Celery app (tests/settings.py: Redis database 15 by
+# default; a parallel run sets DURABLEBEAT_TEST_REDIS_DB to its own), as in a deployment:
+# a schedule saved here (as the admin would) wakes the beats a test started through it
+# (R6, R31). It was Redis database 14 while this process published on 15: a beat behind a
+# deaf LISTEN never heard this process's wake-ups in the whole suite's run (issue 30).
 # DURABLEBEAT_TEST_BROKER=amqp runs on the local RabbitMQ instead, in a virtual host of
 # this run's own (durablebeat<suffix>), made on first use.
 if os.environ.get("DURABLEBEAT_TEST_BROKER") == "amqp":
     BROKER = f"amqp://guest:guest@127.0.0.1:5672/durablebeat{SUFFIX}"
 else:
-    BROKER = f"redis://127.0.0.1:6379/{os.environ.get('DURABLEBEAT_TEST_REDIS_DB', '14')}"
+    BROKER = settings.CELERY_BROKER_URL
 
 #: where the processes started by a test find the test database pytest-django made
 SCHEMES = {"postgresql": "postgres", "mysql": "mysql"}
