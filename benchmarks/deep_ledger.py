@@ -26,6 +26,7 @@ import contextlib
 import datetime as dt
 import io
 import os
+import random
 import statistics
 import time
 import uuid
@@ -60,6 +61,14 @@ def use(depth: int) -> None:
     os.environ["BENCH_DATABASE_URL"] = f"{SERVER}/{name(depth)}"
 
 
+def task_id_at(at: dt.datetime) -> str:
+    """A UUID version 7 made at ``at``: the task id beat gives a fire (``new_task_id``),
+    so the old runs' ``task_id`` index is in the order a year of production leaves it."""
+    ms, rand = int(at.timestamp() * 1000), random.getrandbits(74)
+    fields = (ms << 80) | (0x7 << 76) | ((rand >> 62) << 64) | (0b10 << 62) | (rand & (2**62 - 1))
+    return str(uuid.UUID(int=fields))
+
+
 def old_runs(ids: list[int], boots: list[tuple[str, dt.datetime]], depth: int) -> Iterator[str]:
     """``depth`` finished runs as COPY lines: rounds over every schedule, oldest first, one
     in a hundred failed, each from the boot that ran that day."""
@@ -77,7 +86,7 @@ def old_runs(ids: list[int], boots: list[tuple[str, dt.datetime]], depth: int) -
             fired, done = slot + dt.timedelta(seconds=1), slot + dt.timedelta(seconds=31)
             state = "failed" if (i + k) % 100 == 0 else "succeeded"
             yield (
-                f"{pk}\t{slot.isoformat()}\t{boot}\tscheduled\t{state}\t{uuid.uuid4()}\t"
+                f"{pk}\t{slot.isoformat()}\t{boot}\tscheduled\t{state}\t{task_id_at(fired)}\t"
                 f"{fired.isoformat()}\t{fired.isoformat()}\t1\t{fired.isoformat()}\t"
                 f"{done.isoformat()}\tworker@host\tf\t\t\t\n"
             )

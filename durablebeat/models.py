@@ -15,7 +15,7 @@ from django.db.models.sql import Query
 
 from . import db, wakeup
 from .core import clock, solar, timing
-from .enums import UNTRACKED, Failure, Kind, Overlap, Reason, RunState, Source
+from .enums import IN_FLIGHT_STATES, UNTRACKED, Failure, Kind, Overlap, Reason, RunState, Source
 from .validation import validate_schedule_fields
 
 #: A schedule's fields by what they are about: the one place that names them together (the
@@ -618,8 +618,14 @@ class Run(models.Model):
             # in-flight and recent runs by state: check's lost, unresolved and no-news
             # findings, the in-doubt look at boot (R9), orphan reclaim (R15)
             models.Index(fields=["state", "claimed_at"], name="durablebeat_run_state_idx"),
-            # a schedule's runs in one state: overlap=skip's "a run in flight?" (R14)
-            models.Index(fields=["schedule", "state"], name="durablebeat_run_sched_idx"),
+            # overlap=skip's "a run in flight?" (R14): only the runs in flight, a few
+            # whatever the history (the whole table was a leaf per schedule written by
+            # every claim and every confirmation); the whole columns on MariaDB/MySQL
+            PartialIndex(
+                fields=["schedule", "state"],
+                where=Q(state__in=IN_FLIGHT_STATES),
+                name="durablebeat_run_inflight_idx",
+            ),
             # R18: the report and the timeline's fires per deploy count a window's runs
             models.Index(fields=["claimed_at"], name="durablebeat_run_claimed_idx"),
             # the admin's runs list: newest first (ordering), its date drill-down's edges

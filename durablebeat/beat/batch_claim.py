@@ -24,7 +24,7 @@ from ..models import (
     Run,
     Schedule,
 )
-from .messages import ToFire
+from .messages import ToFire, new_task_id
 
 logger = logging.getLogger("durablebeat")
 
@@ -72,7 +72,7 @@ def claim_many_pg(
     during an outage and reconciled) is not fired again, as in ``insert_run``."""
     if not fires:
         return {}
-    task_ids = [str(uuid.uuid4()) for _ in fires]
+    task_ids = [new_task_id() for _ in fires]
     connection = db.connection()
     schedule = connection.ops.quote_name(Schedule._meta.db_table)
     run_table = connection.ops.quote_name(Run._meta.db_table)
@@ -247,7 +247,7 @@ def insert_runs(fires: Sequence[ToFire], boot_id: uuid.UUID, now: dt.datetime) -
             boot_id=boot_id,
             reason=f.fire.reason,
             claimed_at=now,
-            task_id=str(uuid.uuid4()),
+            task_id=new_task_id(),
         )
         for f in fires
     ]
@@ -283,7 +283,7 @@ def insert_run(
         run.state, run.detail = RunState.SKIPPED, skipped
         run.finished_at = now
     else:
-        run.task_id = str(uuid.uuid4())
+        run.task_id = new_task_id()
     try:
         with db.atomic():
             run.save()

@@ -41,7 +41,7 @@ from . import batch_claim
 from .boots import dead_q, why_late
 from .due import is_row_error
 from .liveness import dead_reason, mark_no_news_runs, worker_seen_at
-from .messages import Claim, Message, ToFire
+from .messages import Claim, Message, ToFire, new_task_id
 
 logger = logging.getLogger("durablebeat")
 
@@ -311,7 +311,7 @@ def claim_manual(row: Schedule, boot_id: uuid.UUID | None, now: dt.datetime) -> 
             boot_id=boot_id,
             reason=Reason.MANUAL,
             claimed_at=now,
-            task_id=str(uuid.uuid4()),
+            task_id=new_task_id(),
         )
         Schedule.objects.filter(pk=row.pk).update(last_fired_at=now)
     return _claim_of_run(run, row, message)
@@ -329,7 +329,7 @@ def claim_backfill(row: Schedule, slot: dt.datetime, now: dt.datetime) -> Claim 
                 slot=slot,
                 reason=Reason.BACKFILL,
                 claimed_at=now,
-                task_id=str(uuid.uuid4()),
+                task_id=new_task_id(),
             )
     except IntegrityError:
         return None

@@ -30,7 +30,7 @@ from .codesync import CodeEntry
 from .due import describe_row_error, is_row_error
 from .hooks import after_due_hooks, default_hooks
 from .loop import Hook, Refused
-from .messages import Claim, Message, ToFire
+from .messages import Claim, Message, ToFire, new_task_id
 from .outage import OutageMemory
 from .retries import Retries, give_up_at
 from .session import Session
@@ -262,7 +262,7 @@ class Engine:
         id, and when it went out (None: it did not), for the outage memory to write later."""
         claim = Claim(
             run_id=None,
-            task_id=str(uuid.uuid4()),
+            task_id=new_task_id(),
             schedule_id=schedule_id,
             schedule=name,
             slot=slot,
