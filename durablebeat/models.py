@@ -603,7 +603,7 @@ class Run(models.Model):
         # - primary key: the confirming UPDATE ... WHERE id = ANY (beat/batch_claim.py)
         # - task_id (unique, from the field): a worker's start and completion by task id
         #   (worker/completion.py), the result backend's reconciliation (R13)
-        # - boot_id (from the field): a boot's fires (report, the boots list), and
+        # - boot_id (from the field): a boot's fires (report, a boot's page), and
         #   ON DELETE SET NULL when an old boot row is removed
         ordering = ["-slot"]
         constraints = [

@@ -194,7 +194,7 @@ class RunAdmin(ReadOnlyAdmin):
         return text[:160]
 
 
-#: the boots list counts each boot's fires up to this many
+#: a boot's page counts its fires up to this many
 FIRES_COUNTED = 1000
 
 
@@ -208,10 +208,14 @@ class BootAdmin(ReadOnlyAdmin):
         "stopped",
         "alive",
         "clock_offset",
-        "fires",
+        "runs",
         "version",
     )
     search_fields = ("hostname", "id")
+    #: the boot's page counts its fires; the list links to them and counts nothing, so it
+    #: reads the boots alone whatever the ledger holds (issue 31: 100 boots' counts read
+    #: 100,000 runs at 10 million, 3x the page of an empty ledger)
+    readonly_fields = ("fires",)
 
     @admin.display(description="started", ordering="started_at")
     def started(self, obj: Boot) -> str:
@@ -237,11 +241,17 @@ class BootAdmin(ReadOnlyAdmin):
         """R26: the database's clock minus the host's, as the boot last measured it."""
         return words.offset_words(obj.clock_offset_seconds)
 
+    @admin.display(description="runs")
+    def runs(self, obj: Boot) -> str:
+        """The runs list of this boot's runs (its fires, skips and misses)."""
+        url = reverse("admin:durablebeat_run_changelist")
+        return format_html('<a href="{}?boot__id__exact={}">runs</a>', url, obj.pk)
+
     @admin.display(description="fires")
     def fires(self, obj: Boot) -> str:
         """The messages the boot sent, counted to ``FIRES_COUNTED`` at most: a bounded range
-        of the ``boot_id`` index per row shown, whatever the ledger holds (issue 31; a
-        count of every boot's runs grew to seconds at 10 million)."""
+        of the ``boot_id`` index, whatever the ledger holds (issue 31; a count of every
+        boot's runs grew to seconds at 10 million)."""
         sent = Run.objects.filter(boot=obj, task_id__isnull=False).exclude(
             state__in=[RunState.SKIPPED, RunState.MISSED]
         )

@@ -536,7 +536,26 @@ def test_boots_list(admin_client, make_boot, make_schedule, make_run, t0):
     page = text(response)
     assert "pod-7" in page
     [listed] = response.context["cl"].result_list
+    runs = admin_client.get(f"/admin/durablebeat/run/?boot__id__exact={listed.pk}")
+    assert runs.status_code == 200
+    assert f"?boot__id__exact={listed.pk}" in response.content.decode()  # the list links them
+    assert {r.state for r in runs.context["cl"].result_list} == {"succeeded", "skipped"}
+    page = text(admin_client.get(f"/admin/durablebeat/boot/{listed.pk}/change/"))
+    assert "Fires: 1 " in page
     assert BootAdmin(Boot, admin.site).fires(listed) == "1"
+
+
+def test_boots_list_reads_no_run(admin_client, make_boot, make_schedule, make_run, t0):
+    """Issue 31: the list reads the boots alone, whatever the ledger holds; the count of a
+    boot's fires is on its page."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    boot = make_boot(started_at=t0 - H)
+    make_run(make_schedule("job", every=60), t0 - MIN, boot=boot)
+    with CaptureQueriesContext(connection) as queries:
+        assert admin_client.get("/admin/durablebeat/boot/").status_code == 200
+    assert not [q["sql"] for q in queries if "durablebeat_run" in q["sql"]]
 
 
 def test_boots_list_counts_a_boots_fires_to_a_bound(make_boot, make_schedule, t0):
