@@ -560,6 +560,7 @@ def _entry_of(row: Schedule) -> dict[str, Any]:
         "catch_up_window": row.catch_up_window,
         "startup_grace": row.startup_grace,
         "overlap": row.overlap,
+        "retention": row.retention,
         "description": row.description,
     }
     spec = row.to_spec()

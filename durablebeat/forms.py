@@ -184,6 +184,11 @@ class ScheduleForm(_ModelForm):
     catch_up_window = FlexibleDurationField(
         required=False, help_text="Empty: DURABLEBEAT_CATCH_UP_WINDOW (55 min by default)."
     )
+    retention = FlexibleDurationField(
+        required=False,
+        help_text="How long this schedule's finished runs are kept, at least a day: 7d, 365d. "
+        "Empty: DURABLEBEAT_RETENTION (30 days by default).",
+    )
 
     class Meta:
         model = Schedule

@@ -79,8 +79,9 @@ TIMING_FIELDS = (
     "custom_schedule",
 )
 TIMING_FIELDS_SET = frozenset(TIMING_FIELDS)
-#: what beat does at a restart, a missed slot or a fire while one runs (R2, R8, R14)
-POLICY_FIELDS = ("startup_grace", "catch_up", "catch_up_window", "overlap")
+#: what beat does at a restart, a missed slot or a fire while one runs (R2, R8, R14), and
+#: how long the ledger keeps its runs (R32)
+POLICY_FIELDS = ("startup_grace", "catch_up", "catch_up_window", "overlap", "retention")
 
 #: timing's field names that differ from the model's
 _SPEC_FIELD_TO_MODEL = {"at": "clocked_at", "schedule": "kind"}
@@ -398,6 +399,13 @@ class Schedule(models.Model):
         null=True, blank=True, help_text="Empty: DURABLEBEAT_CATCH_UP_WINDOW."
     )
     overlap = models.CharField(max_length=16, choices=Overlap.choices, default=Overlap.SKIP)
+    #: R32: nullable, so that the previous release, which does not name it, still inserts
+    retention = models.DurationField(
+        null=True,
+        blank=True,
+        help_text="How long the ledger keeps this schedule's finished runs and missed-slot "
+        "records (at least a day). Empty: DURABLEBEAT_RETENTION.",
+    )
 
     next_fire_at = models.DateTimeField(
         null=True, blank=True, help_text="Empty: beat computes it (first slot or startup grace)."

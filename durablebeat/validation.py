@@ -25,7 +25,14 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .conf import MAX_CATCH_UP_WINDOW, MAX_STARTUP_GRACE, InvalidSetting, settings
+from .conf import (
+    MAX_CATCH_UP_WINDOW,
+    MAX_RETENTION,
+    MAX_STARTUP_GRACE,
+    MIN_RETENTION,
+    InvalidSetting,
+    settings,
+)
 from .core import solar, timing
 from .enums import Kind, Source
 from .words import limit_words
@@ -464,6 +471,8 @@ def _range_errors(schedule: Schedule) -> dict[str, str]:
         "catch_up_window": duration_error(
             schedule.catch_up_window, dt.timedelta(0), MAX_CATCH_UP_WINDOW, low_open=True
         ),
+        # R32: the setting's range (a slot up to a day late still fires, so its run is kept)
+        "retention": duration_error(schedule.retention, MIN_RETENTION, MAX_RETENTION),
         "expire_seconds": expire_error(schedule.expire_seconds),
         "countdown": countdown_error(schedule.countdown),
         "priority": priority_error(schedule.priority),

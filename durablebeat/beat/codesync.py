@@ -48,6 +48,7 @@ POLICY_KEYS = {
     "catch_up_window",
     "startup_grace",
     "overlap",
+    "retention",
     "description",
     "take_over",
 }
@@ -99,6 +100,8 @@ class CodeEntry:
     catch_up: bool = False
     catch_up_window: dt.timedelta | None = None
     overlap: str = Overlap.SKIP
+    #: how long the ledger keeps its runs (R32); None: ``DURABLEBEAT_RETENTION``
+    retention: dt.timedelta | None = None
     description: str = ""
     #: may take over an admin-made row of the same name (otherwise the boot refuses)
     take_over: bool = False
@@ -117,7 +120,7 @@ class CodeEntry:
             setattr(row, name, getattr(self, name))
         row.startup_grace, row.catch_up = self.startup_grace, self.catch_up
         row.catch_up_window, row.overlap = self.catch_up_window, self.overlap
-        row.description = self.description
+        row.retention, row.description = self.retention, self.description
         row.set_spec(self.spec)
 
 
@@ -266,6 +269,7 @@ def parse_entry(
         catch_up=flags["catch_up"],
         catch_up_window=read.duration(policy.get("catch_up_window"), "catch_up_window"),
         overlap=overlap,
+        retention=read.duration(policy.get("retention"), "retention"),
         description=read.text(policy.get("description"), "description"),
         take_over=flags["take_over"],
         live=live,

@@ -58,6 +58,9 @@ def due_from_row(
         raise timing.InvalidSchedule("startup_grace", f"out of its range: {own_grace}")
     if own_window is not None and not ZERO < own_window <= conf.MAX_CATCH_UP_WINDOW:
         raise timing.InvalidSchedule("catch_up_window", f"out of its range: {own_window}")
+    own_keep = row.retention  # R32: the policy bounds catch-up by it (``Triage``)
+    if own_keep is not None and not conf.MIN_RETENTION <= own_keep <= conf.MAX_RETENTION:
+        raise timing.InvalidSchedule("retention", f"out of its range: {own_keep}")
     grace, window = own_grace, own_window
     if grace is None or not window:
         d = defaults or Defaults.now()

@@ -19,6 +19,7 @@ from .claims import in_doubt_runs, mark_missed, mark_published, take_over
 from .due import describe_row_error, is_row_error
 from .loop import Loop
 from .messages import Claim, Message
+from .retention import kept_for
 
 logger = logging.getLogger("durablebeat")
 
@@ -58,10 +59,11 @@ def _settle_in_doubt(loop: Loop, run: Run, now: dt.datetime) -> None:
     s = conf.settings
     schedule = run.schedule
     window, beyond = schedule.catch_up_window or s.CATCH_UP_WINDOW, "older than its window"
-    reach = s.RETENTION
+    reach = kept_for(schedule.retention)
     if reach is not None and window > reach:
         # R32: a slot older than the ledger keeps is never sent again (its run may be gone)
-        window, beyond = reach, "older than DURABLEBEAT_RETENTION"
+        own = schedule.retention is not None
+        window, beyond = reach, f"older than {'its retention' if own else 'DURABLEBEAT_RETENTION'}"
     if now < clock.shift(run.slot, s.CATCH_UP_SETTLE):
         return  # it may still be on its way: not before the settle time
     old_boot = run.boot_id

@@ -77,7 +77,7 @@ class Triage:
         wake: dt.datetime | None = None
         defaults = due_query.Defaults.now()
         one_off_window = conf.settings.ONE_OFF_LATE_WINDOW  # R31
-        reach = conf.settings.RETENTION  # R32: no slot older than the ledger keeps fires
+        keep = conf.settings.RETENTION  # R32: no slot older than the ledger keeps fires
         for row in rows:
             try:
                 if row.next_fire_at is not None and row.next_fire_at > now:
@@ -98,6 +98,8 @@ class Triage:
                     due = due_from_row(row, self.customs.get(row.name), defaults)
                     message = Message.for_row(row)
                     caught_up = due.id in self.caught_up
+                    # its own retention (in range: ``due_from_row``), else the setting's
+                    reach = keep if row.retention is None else row.retention
                     action = decide(due, now, late_after, caught_up, one_off_window, reach)
                 _check_moves_on(action, now)
                 if isinstance(action, Fire):

@@ -5,8 +5,10 @@ ranges call ``backfill``. Each slot of the schedule's own grid in the range goes
 the path "run now" takes (``publishing.backfill_slot``): its run first, reason ``backfill``,
 then the message. The one-run-per-slot constraint decides (R3, R4): a slot that already has
 a run, fired, skipped or missed, is left alone and said, and so is one another backfill or a
-beat took meanwhile. A slot older than ``DURABLEBEAT_RETENTION`` is left alone too (R32):
-its run may have been pruned. Nothing else changes: the schedule's next fire stays where it is.
+beat took meanwhile. A slot older than the schedule's retention (its own, else
+``DURABLEBEAT_RETENTION``), or than any cutoff its runs were pruned at, is left alone
+too (R32): its run may have been pruned. Nothing else changes: the schedule's next fire
+stays where it is.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def backfill(
         )
     )
     result = Backfill(name, dry_run)
-    edge = retention.edge(now)
+    edge = retention.edge(now, row)
     for slot in wanted:
         if edge is not None and slot < edge:
             # R32: its run, if it had one, may have been pruned: a fire now could be its second

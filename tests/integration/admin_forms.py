@@ -36,6 +36,7 @@ def schedule_form(**overrides: str | None) -> dict[str, str]:
         "startup_grace": "",
         "catch_up_window": "",
         "overlap": "skip",
+        "retention": "",
         **overrides,
     }
     return {k: v for k, v in data.items() if v is not None}

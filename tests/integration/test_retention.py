@@ -175,13 +175,22 @@ def test_a_beat_about_to_fire_does_not_prune_and_a_due_slot_is_claimed_first(
     _assert_old_gone(ledger)
 
 
-@pytest.mark.parametrize("retention_setting", [None, 30 * DAY])
+@pytest.mark.parametrize(
+    ("retention_setting", "own", "caught_up"),
+    [
+        (None, None, True),
+        (30 * DAY, None, False),
+        (None, 30 * DAY, False),
+        (30 * DAY, 90 * DAY, True),
+    ],
+)
 def test_catch_up_never_reaches_past_the_retention(
-    make_engine, make_schedule, publisher, retention_setting
+    make_engine, make_schedule, publisher, retention_setting, own, caught_up
 ):
     """A yearly delivery job (1 January) with a 60-day catch-up window, found 40 days after
     its slot: kept for ever, it is caught up; with 30 days' retention it is missed (its run
-    may have been pruned: a fire would be its second)."""
+    may have been pruned: a fire would be its second). The schedule's own retention, when
+    it has one, decides, not the setting."""
     jan1 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     make_schedule(
         "yearly",
@@ -193,10 +202,11 @@ def test_catch_up_never_reaches_past_the_retention(
         catch_up=True,
         catch_up_window=60 * DAY,
         next_fire_at=jan1,
+        retention=own,
     )
     with override_settings(DURABLEBEAT_RETENTION=retention_setting):
         make_engine().tick(jan1 + 40 * DAY)
-    if retention_setting is None:
+    if caught_up:
         assert [(c.slot, c.reason) for c in publisher.claims] == [(jan1, Reason.CATCH_UP)]
     else:
         assert publisher.claims == []
@@ -455,3 +465,240 @@ def test_a_live_boots_incident_outlives_the_retention(make_boot):
     assert prune.would_delete(before)["incidents"] == 1
     retention.prune_round(retention.Pass(before), most_rows=10_000)
     assert list(Incident.objects.values_list("boot_id", flat=True)) == [live.pk]
+
+
+# --- a schedule's own retention (issue 31 item 1) ----------------------------------------------
+
+WEEK = 7 * DAY
+
+
+@pytest.fixture
+def three(make_schedule, make_run, make_boot):
+    """Three schedules with runs 100, 40 and 10 days old, one in flight 10 days old, and a
+    newest one; a missed-slot record each, 40 and 10 days old: "short" keeps a week, "long"
+    90 days, "plain" the setting."""
+    rows = {
+        "short": make_schedule("short", every=DAY, next_fire_at=NOW + H, retention=WEEK),
+        "long": make_schedule("long", every=DAY, next_fire_at=NOW + H, retention=90 * DAY),
+        "plain": make_schedule("plain", every=DAY, next_fire_at=NOW + H),
+    }
+    boot = make_boot(started_at=OLD - 70 * DAY, heartbeat_at=OLD - 60 * DAY)
+    for row in rows.values():
+        for age in (100, 40, 10):
+            make_run(row, NOW - age * DAY, boot=boot)
+        make_run(row, NOW - 10 * DAY + H, state=RunState.STARTED)
+        make_run(row, RECENT)
+        for age in (40, 10):
+            at = NOW - age * DAY
+            MissedSlots.objects.create(
+                schedule=row, count=1, first_slot=at, last_slot=at, reason="x", recorded_at=at
+            )
+    Incident.objects.create(kind="reclaim", at=OLD)
+    return rows
+
+
+def _ages(name: str) -> list[int]:
+    """The days before NOW of a schedule's runs still there, oldest first."""
+    runs = Run.objects.filter(schedule__name=name).order_by("slot")
+    return [(NOW - slot).days for slot in runs.values_list("slot", flat=True)]
+
+
+def _missed_ages(name: str) -> list[int]:
+    rows = MissedSlots.objects.filter(schedule__name=name).order_by("recorded_at")
+    return [(NOW - at).days for at in rows.values_list("recorded_at", flat=True)]
+
+
+def test_a_schedule_keeps_its_runs_for_its_own_retention_shorter_or_longer(three):
+    done = retention.Pass.at(NOW)
+    retention.prune_round(done, most_rows=10_000)
+    assert done.finished
+    # in whole days: 9 is the run in flight (10 days less an hour), 2 the newest
+    assert _ages("short") == [9, 2]  # a week: what is in flight and the newest are kept
+    assert _ages("long") == [40, 10, 9, 2]  # past the setting's 30 days, within its 90
+    assert _ages("plain") == [10, 9, 2]
+    assert _missed_ages("short") == []
+    assert _missed_ages("long") == [40, 10]
+    assert _missed_ages("plain") == [10]
+    assert done.deleted == {"runs": 6, "missed slots": 3, "incidents": 1, "boots": 0}
+    assert retention.pruned_before() == NOW - 30 * DAY
+    assert retention.pruned_before(three["short"].pk) == NOW - WEEK
+    assert retention.pruned_before(three["long"].pk) == NOW - 90 * DAY
+    assert retention.pruned_before(three["plain"].pk) is None
+    # the boot the long schedule's 40-day run names stays until that run goes
+    assert Boot.objects.filter(heartbeat_at=OLD - 60 * DAY).exists()
+
+
+def test_with_the_setting_none_only_schedules_with_their_own_retention_are_pruned(three):
+    with override_settings(DURABLEBEAT_RETENTION=None):
+        done = retention.Pass.at(NOW)
+        retention.prune_round(done, most_rows=10_000)
+    assert _ages("short") == [9, 2]
+    assert _ages("long") == [40, 10, 9, 2]
+    assert _ages("plain") == [100, 40, 10, 9, 2]  # kept for ever
+    assert _missed_ages("plain") == [40, 10]
+    assert Incident.objects.count() == 1  # incidents and boots follow the setting
+    assert retention.pruned_before() is None
+    with override_settings(DURABLEBEAT_RETENTION=None):
+        assert retention.Pass.at(NOW).own  # what beat's round prunes
+    Schedule.objects.update(retention=None)
+    with override_settings(DURABLEBEAT_RETENTION=None):
+        assert retention.Pass.at(NOW).finished  # nothing may go
+
+
+def test_a_beat_prunes_a_schedules_own_retention_with_the_setting_none(three, make_engine):
+    with override_settings(DURABLEBEAT_RETENTION=None):
+        engine = make_engine()
+        engine.tick(NOW)
+    assert engine.after_due[0].rounds == 1
+    assert 10 not in _ages("short")
+    assert _ages("plain")[:3] == [100, 40, 10]
+
+
+def test_a_batch_of_a_schedules_own_runs_is_one_bounded_transaction(three):
+    run = retention.Pass.at(NOW, batch=1)
+    while not run.finished:
+        with CaptureQueriesContext(connection) as queries:
+            n = run.step()
+        deletes = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("DELETE")]
+        assert n <= 1 and len(deletes) <= 1
+    assert _ages("short") == [9, 2] and _ages("long") == [40, 10, 9, 2]
+
+
+def test_prune_honours_a_schedules_own_retention_dry_and_wet(three, time_machine):
+    time_machine.move_to(NOW, tick=False)
+    lines = _prune("--dry-run")
+    assert "  2 schedule(s) with a retention of their own: their runs and missed slots at " in (
+        "\n".join(lines)
+    )
+    assert "  runs: 6 would be deleted" in lines
+    assert "  missed slots: 3 would be deleted" in lines
+    assert Run.objects.count() == 15
+    assert _prune()[-1].startswith("done: 10 rows deleted")  # 6 runs, 3 missed, 1 incident
+    assert _ages("short") == [9, 2] and _ages("long") == [40, 10, 9, 2]
+    # --older-than keeps more for every schedule, its own retention or not
+    Schedule.objects.filter(name="long").update(retention=WEEK)
+    assert "  runs: 0 would be deleted" in _prune("--dry-run", "--older-than", "60d")
+    assert "  runs: 2 would be deleted" in _prune("--dry-run")
+    with override_settings(DURABLEBEAT_RETENTION=None):
+        # not refused: the schedules' own retention (2 runs, 2 missed-slot records)
+        assert _prune()[-1].startswith("done: 4 rows deleted")
+    assert _ages("long") == [9, 2]
+
+
+def test_backfill_stops_at_a_schedules_own_cutoff_and_after_raising_it_at_its_pruned_mark(
+    make_schedule, make_run, monkeypatch
+):
+    """A nightly job kept a week: backfill stops at its cutoff, not the setting's. Pruned,
+    then its retention raised (or cleared: back to the setting's 30 days): the nights whose
+    runs were deleted stay alone, or each would fire a second time (R4). The setting's own
+    mark is no help: nothing else was pruned."""
+    sent = []
+    monkeypatch.setattr(publishing, "send", lambda app, claim, producer=None: sent.append(claim))
+    row = make_schedule(
+        "nightly", kind="crontab", minute="0", hour="3", next_fire_at=NOW + DAY, retention=WEEK
+    )
+    since = NOW.replace(hour=0) - 12 * DAY
+    nights = [since + 3 * H + i * DAY for i in range(12)]  # 12 to 1 days ago
+    until = nights[-1] + H
+    before = backfill.backfill("nightly", since, until, NOW, dry_run=True)
+    assert before.fired == [n for n in nights if n >= NOW - WEEK]
+    for night in nights:
+        make_run(row, night)
+    retention.prune_round(retention.Pass.at(NOW), most_rows=10_000)
+    gone = [n for n in nights if n < NOW - WEEK]
+    assert len(gone) == 6 and not Run.objects.filter(slot__in=gone).exists()
+    assert retention.pruned_before() is None
+    for raised in (90 * DAY, None):
+        row.retention = raised
+        row.save()
+        done = backfill.backfill("nightly", since, until, NOW)
+        assert done.fired == [] and sent == []
+        edge = f"before the ledger's pruned edge {(NOW - WEEK).isoformat()}"
+        assert done.left_alone[: len(gone)] == [(night, edge) for night in gone]
+
+
+def test_an_in_doubt_slot_older_than_its_schedules_retention_is_missed(
+    make_engine, make_schedule, publisher
+):
+    row = make_schedule(
+        "digest",
+        kind="crontab",
+        catch_up=True,
+        catch_up_window=60 * DAY,
+        next_fire_at=NOW + H,
+        retention=30 * DAY,
+    )
+    run = Run.objects.create(
+        schedule=row, slot=OLD, boot=_boot(OLD), claimed_at=OLD, task_id=str(uuid.uuid4())
+    )
+    with override_settings(DURABLEBEAT_RETENTION=None):
+        make_engine().tick(NOW)
+    run.refresh_from_db()
+    assert publisher.claims == []
+    assert (run.state, run.detail.rsplit("; ", 1)[1]) == (
+        RunState.MISSED,
+        "older than its retention",
+    )
+
+
+# --- where a user sets it ------------------------------------------------------------------
+
+
+def test_code_and_the_api_set_a_schedules_retention_and_refuse_a_bad_one(make_engine):
+    from durablebeat import api
+    from durablebeat.beat.codesync import BadEntry
+
+    task = "tests.e2eapp.tasks.record"
+    entry = {"task": task, "schedule": 60, "options": {"durablebeat": {"retention": 7 * 86400}}}
+    make_engine({"coded": entry}).tick(NOW)
+    assert Schedule.objects.get(name="coded").retention == WEEK
+    with pytest.raises(BadEntry, match=r"beat_schedule\['zero'\]: retention: must be at least 1"):
+        make_engine({"zero": entry | {"options": {"durablebeat": {"retention": 0}}}})
+
+    def own(keep: dt.timedelta | None) -> dict[str, object]:
+        return {"options": {"durablebeat": {"retention": keep}}}
+
+    api.add_schedule("made", task, 60, **own(90 * DAY))
+    assert Schedule.objects.get(name="made").retention == 90 * DAY
+    again = {"task": task, "schedule": 60} | own(90 * DAY)
+    assert api.add_schedules({"made": again}).unchanged == 1
+    assert api.add_schedules({"made": again | own(WEEK)}).replaced == 1
+    assert Schedule.objects.get(name="made").retention == WEEK
+    api.update_schedule("made", options={"durablebeat": {"retention": None}})
+    assert Schedule.objects.get(name="made").retention is None  # the setting's
+    for bad in (dt.timedelta(0), -DAY, 4000 * DAY):
+        with pytest.raises(api.InvalidSchedule) as refused:
+            api.add_schedules({"fine": again, "bad": again | own(bad)})
+        assert refused.value.field == "retention" and "'bad'" in str(refused.value)
+    assert not Schedule.objects.filter(name__in=["fine", "bad"]).exists()
+
+
+def test_a_row_written_around_the_checks_with_a_bad_retention_is_set_aside(
+    make_engine, make_schedule, publisher
+):
+    make_schedule("zero", every=60, next_fire_at=NOW)
+    Schedule.objects.filter(name="zero").update(retention=dt.timedelta(0))
+    make_engine().tick(NOW)
+    assert publisher.claims == []
+    assert "retention" in Schedule.objects.get(name="zero").error
+    assert retention.kept_for(dt.timedelta(0)) == DAY  # the pruner never cuts closer
+
+
+def test_the_admin_form_sets_a_schedules_retention_and_refuses_a_bad_one(admin_client):
+    from tests.integration.admin_forms import schedule_form
+
+    add = "/admin/durablebeat/schedule/add/"
+    page = admin_client.get(add).content.decode()
+    assert "Empty: DURABLEBEAT_RETENTION" in page
+    for typed, words in (
+        ("0", "at least 1 day"),
+        ("-1 day, 0:00:00", "at least 1 day"),
+        ("4000d", "at most"),
+    ):
+        response = admin_client.post(add, schedule_form(retention=typed))
+        assert response.status_code == 200
+        errors = response.context["adminform"].form.errors
+        assert words in " ".join(errors["retention"]), errors
+    assert not Schedule.objects.exists()
+    admin_client.post(add, schedule_form(retention="7d"))
+    assert Schedule.objects.get(name="tick").retention == WEEK
