@@ -14,8 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from durablebeat.admin import ledger
 from durablebeat.beat import batch_claim
-from durablebeat.enums import IN_FLIGHT_STATES
-from durablebeat.enums import UNTRACKED, Failure, RunState
+from durablebeat.enums import IN_FLIGHT_STATES, UNTRACKED, Failure, RunState
 from durablebeat.models import Run
 from durablebeat.ops import run_findings
 
