@@ -30,25 +30,45 @@ logger = logging.getLogger("durablebeat")
 
 
 class _SlotYears(QuerySet[Run]):
-    """The runs list's queryset: the date drill-down's years (Django's ``datetimes(slot,
-    "year")``, a ``DISTINCT`` over every run) are found by one probe of the slot index per
-    year instead: the first slot, then the first slot of each later year (issue 31)."""
+    """The runs list's queryset: the date drill-down's years, months and days (Django's
+    ``datetimes(slot, kind)``, a ``DISTINCT`` over every run of the list, or of the year
+    or month it shows: a ledger of one year is read whole for its months) are found by one
+    probe of the slot index per period instead: the first slot, then the first slot of
+    each later period (issue 31)."""
 
     def datetimes(self, field_name: str, kind: Any, *args: Any, **kwargs: Any) -> Any:
-        if field_name != "slot" or kind != "year" or args or kwargs:
+        if field_name != "slot" or kind not in _PERIOD or args or kwargs:
             return super().datetimes(field_name, kind, *args, **kwargs)
-        years: list[dt.datetime] = []
+        starts: list[dt.datetime] = []
         after = None
         while True:
             rows = self if after is None else self.filter(slot__gte=after)
             first = rows.aggregate(first=Min("slot"))["first"]
             if first is None:
-                return years
-            local = timezone.localtime(first)
-            years.append(local.replace(month=1, day=1, hour=0, minute=0, second=0, microsecond=0))
-            if local.year == dt.MAXYEAR:
-                return years
-            after = timezone.make_aware(dt.datetime(local.year + 1, 1, 1))
+                return starts
+            start = _PERIOD[kind](timezone.localtime(first))
+            starts.append(start)
+            try:
+                after = timezone.make_aware(_next_period(start.replace(tzinfo=None), kind))
+            except (OverflowError, ValueError):  # the calendar's last period
+                return starts
+
+
+#: the start of the period a local instant is in, per ``datetimes`` kind
+_PERIOD = {
+    "year": lambda t: t.replace(month=1, day=1, hour=0, minute=0, second=0, microsecond=0),
+    "month": lambda t: t.replace(day=1, hour=0, minute=0, second=0, microsecond=0),
+    "day": lambda t: t.replace(hour=0, minute=0, second=0, microsecond=0),
+}
+
+
+def _next_period(start: dt.datetime, kind: str) -> dt.datetime:
+    """The start of the period after the one starting at ``start`` (naive, local)."""
+    if kind == "day":
+        return start + dt.timedelta(days=1)
+    if kind == "month" and start.month < 12:
+        return start.replace(month=start.month + 1)
+    return start.replace(year=start.year + 1, month=1)
 
 
 #: a list filter offers its choices while they are this few; past it, a list of links
