@@ -9,7 +9,9 @@ One PostgreSQL database per depth (``bench_deep_<depth>``, created, migrated and
 here, kept for the next run: filling 10 million runs takes minutes), each with the same
 ``-n`` schedules (default 50,000: one per tenant, daily intervals) and ``depth`` old
 finished runs spread over the year before the last week, written with ``COPY`` in the
-order production writes them (by time). Then, at each depth in turn, round-robin so that
+order production writes them (by time, task ids time-ordered as beat makes them); both
+have the same recent runs (five days of them, ``recent``), so a page with no window draws
+the same rows at both depths. Then, at each depth in turn, round-robin so that
 both see the same load of the shared machine: ``manage.py durablebeat check``, ``status``
 and ``report --since 48h`` (in process, through ``call_command``), the admin's schedule
 and run lists and the timeline (Django's test client, a logged-in superuser), and a
@@ -46,6 +48,10 @@ DAY = dt.timedelta(days=1)
 HISTORY_END = dt.timedelta(days=8)
 HISTORY_SPAN = dt.timedelta(days=357)
 CHUNK = 250_000
+#: the recent runs every depth has (``recent``): rounds over every schedule, a day apart,
+#: ending two days ago (the bursts' ``bench.reset`` removes runs after that)
+RECENT_DAYS = 5
+RECENT_WORKER = "recent@host"
 
 
 def name(depth: int) -> str:
@@ -69,12 +75,18 @@ def task_id_at(at: dt.datetime) -> str:
     return str(uuid.UUID(int=fields))
 
 
-def old_runs(ids: list[int], boots: list[tuple[str, dt.datetime]], depth: int) -> Iterator[str]:
-    """``depth`` finished runs as COPY lines: rounds over every schedule, oldest first, one
-    in a hundred failed, each from the boot that ran that day."""
+def old_runs(
+    ids: list[int],
+    boots: list[tuple[str, dt.datetime]],
+    depth: int,
+    start: dt.datetime,
+    span: dt.timedelta,
+    worker: str = "worker@host",
+) -> Iterator[str]:
+    """``depth`` finished runs from ``start`` over ``span`` as COPY lines: rounds over every
+    schedule, oldest first, one in a hundred failed, each from the boot that ran that day."""
     rounds = max(1, depth // len(ids))
-    start = bench.now() - HISTORY_END - HISTORY_SPAN
-    step = HISTORY_SPAN / rounds
+    step = span / rounds
     written = 0
     for k in range(rounds):
         at = start + k * step
@@ -88,7 +100,7 @@ def old_runs(ids: list[int], boots: list[tuple[str, dt.datetime]], depth: int) -
             yield (
                 f"{pk}\t{slot.isoformat()}\t{boot}\tscheduled\t{state}\t{task_id_at(fired)}\t"
                 f"{fired.isoformat()}\t{fired.isoformat()}\t1\t{fired.isoformat()}\t"
-                f"{done.isoformat()}\tworker@host\tf\t\t\t\n"
+                f"{done.isoformat()}\t{worker}\tf\t\t\t\n"
             )
             written += 1
 
@@ -106,6 +118,7 @@ def fill(depth: int, n: int) -> None:
     old = Run.objects.filter(slot__lt=bench.now() - HISTORY_END)
     if Schedule.objects.filter(name__startswith="tenant-").count() == n and (old.count() == depth):
         print(f"depth {depth:,}: kept from an earlier run")
+        recent(n)
         return
     started = time.perf_counter()
     bench.populate(n)  # truncates every durablebeat table, then N schedules
@@ -125,10 +138,23 @@ def fill(depth: int, n: int) -> None:
         for d, (b, at) in enumerate(boots)
     )
     ids = list(Schedule.objects.filter(name__startswith="tenant-").values_list("pk", flat=True))
-    lines = old_runs(sorted(ids), boots, depth)
+    start = bench.now() - HISTORY_END - HISTORY_SPAN
+    copy_runs(old_runs(sorted(ids), boots, depth, start, HISTORY_SPAN), depth, started)
+    recent(n)
+    with connection.cursor() as cur:
+        cur.execute("VACUUM ANALYZE")
+        cur.execute("SELECT pg_size_pretty(pg_total_relation_size('durablebeat_run'))")
+        size = cur.fetchone()[0]
+    print(f"depth {depth:,}: filled in {time.perf_counter() - started:.0f} s, runs table {size}")
+
+
+def copy_runs(lines: Iterator[str], count: int, started: float) -> None:
+    """Write ``count`` runs' COPY lines, ``CHUNK`` at a time, saying how far it got."""
+    from django.db import connection
+
     columns = (*timeline.RUN_COLUMNS, "failure")
     written = 0
-    while written < depth:
+    while written < count:
         buffer = io.StringIO()
         for _, line in zip(range(CHUNK), lines, strict=False):
             buffer.write(line)
@@ -139,12 +165,39 @@ def fill(depth: int, n: int) -> None:
             copy.write(buffer.getvalue())
         written += CHUNK
         took = time.perf_counter() - started
-        print(f"  depth {depth:,}: {min(written, depth):,} runs, {took:.0f} s", flush=True)
+        print(f"  {min(written, count):,} runs, {took:.0f} s", flush=True)
+
+
+def recent(n: int) -> None:
+    """The same recent runs at every depth (``RECENT_DAYS`` rounds over every schedule, a
+    boot a day, ending before the bursts' window): what a page reads with no window (the
+    runs list, newest first) finds the same rows with a year of runs under them as with
+    none, so a difference is the history's cost, not more rows drawn."""
+    from django.db import connection
+
+    from durablebeat.models import Boot, Run, Schedule
+
+    if Run.objects.filter(worker=RECENT_WORKER).count() == RECENT_DAYS * n:
+        return
+    Run.objects.filter(worker=RECENT_WORKER).delete()
+    start = bench.now() - HISTORY_END + DAY
+    boots = [(str(uuid.uuid4()), start + d * DAY) for d in range(RECENT_DAYS)]
+    Boot.objects.bulk_create(
+        Boot(
+            id=b,
+            hostname="web-2",
+            pid=2000 + d,
+            started_at=at,
+            heartbeat_at=at + DAY,
+            stopped_at=at + DAY,
+        )
+        for d, (b, at) in enumerate(boots)
+    )
+    ids = sorted(Schedule.objects.filter(name__startswith="tenant-").values_list("pk", flat=True))
+    lines = old_runs(ids, boots, RECENT_DAYS * n, start, RECENT_DAYS * DAY, RECENT_WORKER)
+    copy_runs(lines, RECENT_DAYS * n, time.perf_counter())
     with connection.cursor() as cur:
-        cur.execute("VACUUM ANALYZE")
-        cur.execute("SELECT pg_size_pretty(pg_total_relation_size('durablebeat_run'))")
-        size = cur.fetchone()[0]
-    print(f"depth {depth:,}: filled in {time.perf_counter() - started:.0f} s, runs table {size}")
+        cur.execute("ANALYZE durablebeat_run")  # what the planner knows of the new rows
 
 
 def drop(depths: list[int]) -> None:
