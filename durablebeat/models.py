@@ -207,7 +207,10 @@ _M = TypeVar("_M", bound=models.Model)
 class DurableManager(models.Manager[_M]):
     """Every query starts on durablebeat's database (``db.alias()``, the router's write
     alias), reads too: beat never decides on a row read from a replica (R31, issue 30).
-    An explicit ``.using()`` or ``db_manager()`` still wins."""
+    An explicit ``.using()`` or ``db_manager()`` still wins. Each model names it its base
+    manager too (``Meta.base_manager_name``), the one Django reads a related row through
+    (``run.schedule``, ``run.boot``), so with a read-replica router those are read there as
+    well, not from a stale copy."""
 
     def get_queryset(self) -> models.QuerySet[_M]:
         return super().get_queryset().using(self._db or db.alias())
@@ -431,6 +434,7 @@ class Schedule(models.Model):
     objects = DurableManager.from_queryset(ScheduleQuerySet)()
 
     class Meta:
+        base_manager_name = "objects"  # related rows too (DurableManager)
         ordering = ["name"]
         indexes = [
             # The due query: WHERE enabled AND next_fire_at <= %s ORDER BY next_fire_at.
@@ -563,6 +567,7 @@ class Boot(models.Model):
     objects = DurableManager["Boot"]()
 
     class Meta:
+        base_manager_name = "objects"  # related rows too (DurableManager)
         ordering = ["-started_at"]
         indexes = [models.Index(fields=["heartbeat_at"], name="durablebeat_boot_hb_idx")]
 
@@ -604,6 +609,7 @@ class Run(models.Model):
     objects = DurableManager["Run"]()
 
     class Meta:
+        base_manager_name = "objects"  # related rows too (DurableManager)
         # Every index here is named by a query that reads through it; a query of the ledger
         # reads a bounded range of one, so it costs the same with a year of runs as with
         # none (issue 31; benchmarks/deep_ledger.py). Each index costs every claim and
@@ -665,6 +671,7 @@ class MissedSlots(models.Model):
     objects = DurableManager["MissedSlots"]()
 
     class Meta:
+        base_manager_name = "objects"  # related rows too (DurableManager)
         verbose_name_plural = "missed slots"
         ordering = ["-recorded_at"]
 
@@ -684,6 +691,7 @@ class WorkerHeartbeat(models.Model):
     objects = DurableManager["WorkerHeartbeat"]()
 
     class Meta:
+        base_manager_name = "objects"  # related rows too (DurableManager)
         constraints = [
             models.UniqueConstraint(fields=["worker", "pid"], name="durablebeat_one_heartbeat")
         ]
@@ -704,6 +712,7 @@ class Incident(models.Model):
     objects = DurableManager["Incident"]()
 
     class Meta:
+        base_manager_name = "objects"  # related rows too (DurableManager)
         ordering = ["-at"]
 
     def __str__(self) -> str:
@@ -717,6 +726,9 @@ class Marker(models.Model):
     at = models.DateTimeField()
 
     objects = DurableManager["Marker"]()
+
+    class Meta:
+        base_manager_name = "objects"  # related rows too (DurableManager)
 
     def __str__(self) -> str:
         return self.key

@@ -144,3 +144,21 @@ def test_with_reads_sent_to_a_replica_beat_decides_on_the_written_rows(
     assert _on(REPLICA, Run) == 0 and _on(REPLICA, Boot) == 0
     page = admin_client.get("/admin/durablebeat/schedule/?q=paused").content.decode()
     assert "disabled" in page
+
+
+@REPLICATED
+def test_with_reads_sent_to_a_replica_a_related_row_is_read_where_it_was_written(
+    replicated, make_schedule, admin_client
+):
+    """``run.schedule`` (no select_related) goes through the model's base manager, which is
+    its ``DurableManager``: the row written, not the replica's stale copy of it, on a run's
+    admin page too."""
+    fresh = make_schedule("renamed", every=60)
+    stale = Schedule(pk=fresh.pk, name="before-rename", task=TASK, kind="interval")
+    stale.every, stale.overlap = 60 * S, "allow"
+    stale.save(using=REPLICA)
+    now = clock.now()
+    run = Run.objects.create(schedule=fresh, slot=now, claimed_at=now, task_id="t-1")
+    assert Run.objects.get(pk=run.pk).schedule.name == "renamed"
+    page = admin_client.get(f"/admin/durablebeat/run/{run.pk}/change/").content.decode()
+    assert "renamed" in page and "before-rename" not in page
