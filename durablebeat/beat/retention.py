@@ -60,6 +60,9 @@ ROUND_SECONDS = 0.2
 DONE_STATES = (*FINAL_STATES, RunState.NO_NEWS)
 #: the longest a batch waits for a row lock on PostgreSQL
 LOCK_WAIT_MS = 200
+#: beat's pass reads the runs from the oldest at most this often; the passes between start
+#: at the last pass's cutoff (``RetentionRound.next_pass``)
+FULL_PASS_EVERY = dt.timedelta(hours=1)
 #: the Marker row holding the latest cutoff runs were pruned at (``pruned_before``); a
 #: schedule pruned at its own retention has its own, this key and ``:<schedule id>``
 PRUNED_MARKER = "retention_pruned_before"
@@ -400,6 +403,8 @@ class RetentionRound:
     next_look: dt.datetime | None = None
     #: the pass in progress, continued by the next round
     current: Pass | None = None
+    #: when the next pass reads the runs from the oldest again
+    full_pass_at: dt.datetime | None = None
     rounds: int = 0
     seconds: float = ROUND_SECONDS
     most_rows: int = ROUND_ROWS
@@ -416,7 +421,7 @@ class RetentionRound:
             return
         self.rounds += 1
         if self.current is None or self.current.finished:
-            self.current = Pass.at(now)
+            self.current = self.next_pass(now)
         ends = time.monotonic() + self.seconds
         try:
             n = prune_round(self.current, self.most_rows, lambda: time.monotonic() < ends)
@@ -440,6 +445,27 @@ class RetentionRound:
                 "None" if before is None else f"before {absolute(before)}",
                 extra={"event": "pruned", "rows": n, "boot": str(loop.boot_id)},
             )
+
+    def next_pass(self, now: dt.datetime) -> Pass:
+        """The pass after ``current``. Every run claimed before a finished pass's cutoff
+        was looked at by it, and what it kept (a run in flight or a schedule's newest then,
+        one a longer retention of its own keeps, a locked one) mostly stays: the passes
+        between two full ones (``FULL_PASS_EVERY``) start at that cutoff, so beat does not
+        read the same kept runs every ``ROUND_EVERY`` (a year kept for one schedule:
+        hundreds of thousands of runs a pass). A full pass frees what was kept since."""
+        p = Pass.at(now)
+        last = self.current
+        if (
+            last is not None
+            and last.finished
+            and last.before is not None
+            and self.full_pass_at is not None
+            and now < self.full_pass_at
+        ):
+            p.runs_after = (last.before, 0)  # from the last cutoff on, that instant included
+        else:
+            self.full_pass_at = now + FULL_PASS_EVERY
+        return p
 
 
 def _any_own() -> bool:

@@ -528,6 +528,28 @@ def test_a_schedule_keeps_its_runs_for_its_own_retention_shorter_or_longer(three
     assert Boot.objects.filter(heartbeat_at=OLD - 60 * DAY).exists()
 
 
+def test_beats_passes_between_full_ones_start_at_the_last_cutoff(three, make_run):
+    """Beat does not read the runs a pass kept every round (a year kept for one schedule:
+    hundreds of thousands a pass): the passes within ``FULL_PASS_EVERY`` start at the last
+    pass's cutoff; the next full pass frees what finished since."""
+    hook = retention.RetentionRound()
+    late = make_run(three["plain"], NOW - 50 * DAY, state=RunState.STARTED)  # in flight
+    hook.current = first = hook.next_pass(NOW)
+    assert first.runs_after is None
+    retention.prune_round(first, most_rows=10_000)
+    assert first.finished and Run.objects.filter(pk=late.pk).exists()
+    Run.objects.filter(pk=late.pk).update(state=RunState.SUCCEEDED)  # it ends, 50 days late
+    hook.current = second = hook.next_pass(NOW + 10 * S)
+    assert second.runs_after == (first.before, 0)
+    retention.prune_round(second, most_rows=10_000)
+    assert second.finished and Run.objects.filter(pk=late.pk).exists()  # not read again
+    hook.current = full = hook.next_pass(NOW + retention.FULL_PASS_EVERY + 10 * S)
+    assert full.runs_after is None
+    retention.prune_round(full, most_rows=10_000)
+    assert not Run.objects.filter(pk=late.pk).exists()
+    assert _ages("long") == [40, 10, 9, 2]  # a longer retention of its own still holds
+
+
 def test_with_the_setting_none_only_schedules_with_their_own_retention_are_pruned(three):
     with override_settings(DURABLEBEAT_RETENTION=None):
         done = retention.Pass.at(NOW)
