@@ -52,11 +52,13 @@ def lanes(
         if row.stuck_since is not None and row.stuck_since < until:
             x, width = scale.span_x(row.stuck_since, until)
             lane.stuck = Band(row.stuck_since, row.stuck_reason, x, width)
-    in_window = Run.objects.filter(schedule_id__in=list(by_id), slot__gt=since, slot__lte=until)
+    window = {"slot__gt": since, "slot__lte": until}
+    in_window = Run.objects.filter(schedule_id__in=list(by_id), **window)
     for lane in found:
         # Counted up to one past the threshold: a dense lane costs no more than a sparse one
-        # here, and the planner never picks a scan of all runs for it.
-        lane_runs = in_window.filter(schedule_id=lane.schedule_id).order_by()
+        # here, and the planner never picks a scan of all runs for it: a range of the
+        # one-run-per-slot index (the lane's schedule, its window; no list of every lane)
+        lane_runs = Run.objects.filter(schedule_id=lane.schedule_id, **window).order_by()
         lane.total = lane_runs.values("id")[: BUCKET_ABOVE + 1].count()
     sparse = [lane.schedule_id for lane in found if 0 < lane.total <= BUCKET_ABOVE]
     dense = [lane.schedule_id for lane in found if lane.total > BUCKET_ABOVE]
