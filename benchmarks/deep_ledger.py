@@ -378,8 +378,8 @@ def measure(r: Any, depths: list[int], args: argparse.Namespace) -> None:
     names = list(probes(clients[depth]))
     times: dict[str, dict[int, list[float]]] = {k: {d: [] for d in depths} for k in names}
     db_times: dict[str, dict[int, list[float]]] = {k: {d: [] for d in depths} for k in names}
-    for _ in range(args.repeats):  # round-robin: both depths under the same load
-        for depth in depths:
+    for k in range(args.repeats):  # round-robin: both depths under the same load,
+        for depth in depths if k % 2 == 0 else depths[::-1]:  # each first in turn
             use(depth)
             for label, fn in probes(clients[depth]).items():
                 times[label][depth].append(timed(fn))
