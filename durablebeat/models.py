@@ -178,12 +178,17 @@ class PartialIndex(models.Index):
     ``models.W037`` warns that it would be ignored: the due query reads through the plain
     index, tests/integration/test_mysql_index.py)."""
 
-    def __init__(self, *, where: Q, **kwargs: Any) -> None:
+    def __init__(self, *, where: Q, vendors: tuple[str, ...] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.where = where
+        #: the databases that get the ``WHERE`` (None: every one that has partial indexes)
+        self.vendors = vendors
 
     def _get_condition_sql(self, model: Any, schema_editor: Any) -> str | None:
-        if not schema_editor.connection.features.supports_partial_indexes:
+        connection = schema_editor.connection
+        if not connection.features.supports_partial_indexes:
+            return None
+        if self.vendors is not None and connection.vendor not in self.vendors:
             return None
         query = Query(model=model, alias_cols=False)
         sql, params = query.build_where(self.where).as_sql(
@@ -193,6 +198,8 @@ class PartialIndex(models.Index):
 
     def deconstruct(self) -> Any:
         path, expressions, kwargs = super().deconstruct()
+        if self.vendors is not None:
+            kwargs["vendors"] = self.vendors
         return path, expressions, {**kwargs, "where": self.where}
 
 
@@ -634,10 +641,13 @@ class Run(models.Model):
             models.Index(fields=["state", "claimed_at"], name="durablebeat_run_state_idx"),
             # overlap=skip's "a run in flight?" (R14): only the runs in flight, a few
             # whatever the history (the whole table was a leaf per schedule written by
-            # every claim and every confirmation); the whole columns on MariaDB/MySQL
+            # every claim and every confirmation). PostgreSQL only: SQLite's planner uses
+            # a partial index only for a WHERE spelled as its own, and Django binds the
+            # states as parameters; the whole columns there and on MariaDB/MySQL
             PartialIndex(
                 fields=["schedule", "state"],
                 where=Q(state__in=IN_FLIGHT_STATES),
+                vendors=("postgresql",),
                 name="durablebeat_run_inflight_idx",
             ),
             # R18: the report and the timeline's fires per deploy count a window's runs

@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from durablebeat.admin import ledger
-from durablebeat.beat import batch_claim
+from durablebeat.beat import batch_claim, claims
 from durablebeat.enums import IN_FLIGHT_STATES, UNTRACKED, Failure, RunState
 from durablebeat.models import Run
 from durablebeat.ops import run_findings
@@ -78,6 +78,26 @@ def test_the_in_flight_look_reads_an_index_of_the_runs_in_flight_only(make_sched
         )
         (definition,) = cursor.fetchone()
     assert "WHERE" in definition
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's planner")
+def test_on_sqlite_the_in_flight_look_reads_the_in_flight_index(make_schedule, t0):
+    """SQLite keeps the whole ``(schedule_id, state)`` index (a partial one would go unused:
+    its planner matches a partial index's WHERE only as spelled, and the states are bound
+    parameters), so with a history it knows of (ANALYZE) the look reads a schedule's runs
+    in flight, not all its runs."""
+    jobs = [make_schedule(f"job-{i}", every=60) for i in range(4)]
+    Run.objects.bulk_create(
+        Run(schedule=job, slot=t0 - k * H, claimed_at=t0 - k * H, state=RunState.SUCCEEDED)
+        for job in jobs
+        for k in range(1, 2000)
+    )
+    sql, params = claims.in_flight_runs([jobs[0].pk, jobs[1].pk]).query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+        cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
+        plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+    assert "durablebeat_run_inflight_idx" in plan, plan
 
 
 @pytest.mark.django_db(transaction=True)
