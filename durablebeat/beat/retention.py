@@ -113,8 +113,7 @@ def edge(now: dt.datetime, schedule: Schedule | None = None) -> dt.datetime | No
     """Before this instant a slot (of ``schedule``) is never fired again: its retention's
     cutoff, or the latest one its runs were pruned at when that is later (R4 after its run
     is gone, R32): the ledger's (the setting's pruning, which took the schedule's runs too
-    before it had a retention of its own, as the previous release's beat, which knows
-    none, still does) and the schedule's own."""
+    before it had a retention of its own) and the schedule's own."""
     if schedule is None:
         marks = [cutoff(now), pruned_before()]
     else:
@@ -199,6 +198,9 @@ class Pass:
     before: dt.datetime | None
     batch: int = BATCH
     own: dict[int, dt.datetime] = field(default_factory=dict)
+    #: the instant the cutoffs were taken at, and the ``floor`` they were taken with
+    taken_at: dt.datetime | None = None
+    floor: dt.timedelta | None = None
     #: per table, the last primary key looked at (tables scanned by primary key)
     after: dict[str, int] = field(default_factory=dict)
     #: the last run looked at, (claimed_at, pk)
@@ -222,7 +224,7 @@ class Pass:
         none closer than that (``prune --older-than``)."""
         keep = conf.settings.RETENTION
         before = None if keep is None else now - (keep if floor is None else max(keep, floor))
-        return cls(before, batch, own_retentions(now, floor))
+        return cls(before, batch, own_retentions(now, floor), taken_at=now, floor=floor)
 
     @property
     def finished(self) -> bool:
@@ -298,9 +300,20 @@ def _setting_runs(p: Pass) -> int:
 def _own_runs(p: Pass) -> int:
     """The runs of the first schedule left with a retention of its own, by the one-run-per-
     slot index (it starts with the schedule): its old runs, however few or many, are a range
-    of it."""
+    of it. Its retention as it is now, read with each batch: raised since the pass began,
+    the pass keeps what it now keeps; cleared (or the schedule gone), the setting's scan
+    decides."""
     schedule_id = p.own_left[0]
     before = p.own[schedule_id]
+    now_own = Schedule.objects.filter(pk=schedule_id).values_list("retention", flat=True)
+    current = now_own.first()
+    if current is None:
+        p.own_left.pop(0)
+        p.own_after = None
+        return 0
+    if p.taken_at is not None:
+        keep = _in_range(current) if p.floor is None else max(_in_range(current), p.floor)
+        before = min(before, p.taken_at - keep)
     runs = Run.objects.filter(schedule_id=schedule_id, slot__lt=before)
     if p.own_after is not None:
         runs = runs.filter(slot__gt=p.own_after)

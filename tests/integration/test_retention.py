@@ -389,7 +389,7 @@ def test_a_claim_never_waits_on_a_prune_batch(ledger, make_engine, make_schedule
 def test_a_round_skips_a_locked_old_run_and_waits_on_nobody(ledger, make_engine, caplog):
     """A worker holding an old run's row (writing its outcome), or ``durablebeat prune``
     beside beat: the round passes that row by (SKIP LOCKED) and prunes the rest, raises
-    nothing (no outage), and a later pass prunes it."""
+    nothing (no outage), and the next full pass (``FULL_PASS_EVERY``) prunes it."""
     old = ledger["old"][0]
     ready, release = threading.Event(), threading.Event()
     holder = _in_thread(
@@ -406,8 +406,12 @@ def test_a_round_skips_a_locked_old_run_and_waits_on_nobody(ledger, make_engine,
     assert "pruning the ledger stopped" not in caplog.text
     assert list(Run.objects.filter(pk__in=ledger["old"]).values_list("pk", flat=True)) == [old]
     old_runs = Run.objects.filter(pk__in=ledger["old"])
-    for i in range(1, 20):  # the rest of this pass, then the next one takes it
+    for i in range(1, 20):  # the rest of this pass; the next ones start at its cutoff
         hook(engine, NOW + i * retention.ROUND_EVERY)
+    assert old_runs.exists()
+    later = NOW + retention.FULL_PASS_EVERY
+    for i in range(1, 20):  # the next full pass takes it
+        hook(engine, later + i * retention.ROUND_EVERY)
         if not old_runs.exists():
             break
     assert not old_runs.exists()
@@ -548,6 +552,20 @@ def test_beats_passes_between_full_ones_start_at_the_last_cutoff(three, make_run
     retention.prune_round(full, most_rows=10_000)
     assert not Run.objects.filter(pk=late.pk).exists()
     assert _ages("long") == [40, 10, 9, 2]  # a longer retention of its own still holds
+
+
+@pytest.mark.parametrize("now_kept", [365 * DAY, None])
+def test_a_retention_raised_or_cleared_during_a_pass_holds_at_once(three, now_kept):
+    """The operator keeps a schedule's history longer while a pass (or ``prune``) works
+    through it: the rest of the pass deletes none of what it now keeps."""
+    p = retention.Pass.at(NOW, batch=1)
+    retention.prune_round(p, most_rows=1)  # one batch: the short one's 100-day run
+    assert _ages("short") == [40, 10, 9, 2]
+    Schedule.objects.filter(pk=three["short"].pk).update(retention=now_kept)
+    retention.prune_round(p, most_rows=10_000)
+    assert p.finished
+    # kept a year: all of it; cleared: the setting's 30 days
+    assert _ages("short") == ([40, 10, 9, 2] if now_kept else [10, 9, 2])
 
 
 def test_with_the_setting_none_only_schedules_with_their_own_retention_are_pruned(three):
