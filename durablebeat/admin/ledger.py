@@ -49,7 +49,7 @@ class _SlotYears(QuerySet[Run]):
             start = _PERIOD[kind](timezone.localtime(first))
             starts.append(start)
             try:
-                after = timezone.make_aware(_next_period(start.replace(tzinfo=None), kind))
+                after = timezone.make_aware(_next_period(start.replace(tzinfo=None, fold=0), kind))
             except (OverflowError, ValueError):  # the calendar's last period
                 return starts
 
