@@ -88,6 +88,11 @@ def _in_range(own: dt.timedelta) -> dt.timedelta:
     return min(max(own, conf.MIN_RETENTION), conf.MAX_RETENTION)
 
 
+def _cut(now: dt.datetime, keep: dt.timedelta, floor: dt.timedelta | None) -> dt.datetime:
+    """The cutoff ``keep`` gives at ``now``, never closer than ``floor`` (``--older-than``)."""
+    return now - (keep if floor is None else max(keep, floor))
+
+
 def _marker(schedule_id: int | None) -> str:
     return PRUNED_MARKER if schedule_id is None else f"{PRUNED_MARKER}:{schedule_id}"
 
@@ -132,8 +137,7 @@ def own_retentions(now: dt.datetime, floor: dt.timedelta | None = None) -> dict[
     rows = (
         Schedule.objects.filter(retention__isnull=False).order_by().values_list("pk", "retention")
     )
-    keep = [(pk, _in_range(own)) for pk, own in rows if own is not None]
-    return {pk: now - (own if floor is None else max(own, floor)) for pk, own in keep}
+    return {pk: _cut(now, _in_range(own), floor) for pk, own in rows if own is not None}
 
 
 def edge_note(since: dt.datetime, now: dt.datetime) -> str:
@@ -223,7 +227,7 @@ class Pass:
         """The pass due at ``now``: the setting's cutoff and each schedule's own; ``floor``:
         none closer than that (``prune --older-than``)."""
         keep = conf.settings.RETENTION
-        before = None if keep is None else now - (keep if floor is None else max(keep, floor))
+        before = None if keep is None else _cut(now, keep, floor)
         return cls(before, batch, own_retentions(now, floor), taken_at=now, floor=floor)
 
     @property
@@ -235,6 +239,11 @@ class Pass:
         """The latest cutoff of the pass: no row newer than it goes."""
         cutoffs = [c for c in (self.before, *self.own.values()) if c is not None]
         return max(cutoffs) if cutoffs else None
+
+    def next_own(self) -> None:
+        """Done with the first schedule of ``own_left``: on to the next, from its oldest."""
+        self.own_left.pop(0)
+        self.own_after = None
 
     def step(self) -> int:
         """Delete one batch from the first table not done; the rows deleted."""
@@ -308,19 +317,16 @@ def _own_runs(p: Pass) -> int:
     now_own = Schedule.objects.filter(pk=schedule_id).values_list("retention", flat=True)
     current = now_own.first()
     if current is None:
-        p.own_left.pop(0)
-        p.own_after = None
+        p.next_own()
         return 0
     if p.taken_at is not None:
-        keep = _in_range(current) if p.floor is None else max(_in_range(current), p.floor)
-        before = min(before, p.taken_at - keep)
+        before = min(before, _cut(p.taken_at, _in_range(current), p.floor))
     runs = Run.objects.filter(schedule_id=schedule_id, slot__lt=before)
     if p.own_after is not None:
         runs = runs.filter(slot__gt=p.own_after)
     page = list(runs.order_by("slot").values_list("slot", "pk")[: p.batch])
     if len(page) < p.batch:
-        p.own_left.pop(0)
-        p.own_after = None
+        p.next_own()
     else:
         p.own_after = page[-1][0]
     return _delete_runs([pk for _, pk in page], before, schedule_id)
@@ -426,7 +432,7 @@ class RetentionRound:
         if self.next_look is not None and now < self.next_look:
             return
         self.next_look = now + ROUND_EVERY
-        if cutoff(now) is None and not _any_own():
+        if cutoff(now) is None and not any_own():
             return  # kept for ever
         turn_again_at = take_turn(now, ROUND_EVERY, ROUND_MARKER)
         if turn_again_at is not None:
@@ -481,6 +487,6 @@ class RetentionRound:
         return p
 
 
-def _any_own() -> bool:
+def any_own() -> bool:
     """A schedule with a retention of its own (asked only with the setting None)."""
     return Schedule.objects.filter(retention__isnull=False).exists()

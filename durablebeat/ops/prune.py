@@ -19,7 +19,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 
 from .. import conf
 from ..beat import retention
-from ..models import Boot, Incident, MissedSlots, Run, Schedule
+from ..models import Boot, Incident, MissedSlots, Run
 from ..words import absolute, duration_words
 
 #: most rows a transaction of the command deletes (``--batch-size``)
@@ -53,7 +53,7 @@ def plan(now: dt.datetime, older_than: dt.timedelta | None, batch: int, dry_run:
     if not 1 <= batch <= MAX_BATCH:
         raise PruneRefused(f"--batch-size must be from 1 to {MAX_BATCH:,}, got {batch}")
     keep = conf.settings.RETENTION
-    if keep is None and not Schedule.objects.filter(retention__isnull=False).exists():
+    if keep is None and not retention.any_own():
         raise PruneRefused(
             "DURABLEBEAT_RETENTION is None (the ledger is kept for ever) and no schedule has "
             "a retention of its own: set it first; backfill, catch-up and the in-doubt resend "
