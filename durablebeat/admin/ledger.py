@@ -29,7 +29,7 @@ from .base import ReadOnlyAdmin, local, outcome_html
 logger = logging.getLogger("durablebeat")
 
 
-class _SlotYears(QuerySet[Run]):
+class _SlotPeriods(QuerySet[Run]):
     """The runs list's queryset: the date drill-down's years, months and days (Django's
     ``datetimes(slot, kind)``, a ``DISTINCT`` over every run of the list, or of the year
     or month it shows: a ledger of one year is read whole for its months) are found by one
@@ -161,7 +161,7 @@ class RunAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
         queryset = super().get_queryset(request)
-        return _SlotYears(queryset.model, queryset.query, queryset.db)
+        return _SlotPeriods(queryset.model, queryset.query, queryset.db)
 
     def evaluate(self, changelist: ChangeList) -> None:
         """Django's date drill-down raises at the calendar's edges: for ``slot__year=9999``
