@@ -105,12 +105,32 @@ def old_runs(
             written += 1
 
 
+def day_boots(host: str, pid: int, start: dt.datetime, days: int) -> list[tuple[str, dt.datetime]]:
+    """A boot a day on ``host`` (pids from ``pid``) from ``start``, each up that day,
+    written; their (id, start)."""
+    from durablebeat.models import Boot
+
+    boots = [(str(uuid.uuid4()), start + d * DAY) for d in range(days)]
+    Boot.objects.bulk_create(
+        Boot(
+            id=b,
+            hostname=host,
+            pid=pid + d,
+            started_at=at,
+            heartbeat_at=at + DAY,
+            stopped_at=at + DAY,
+        )
+        for d, (b, at) in enumerate(boots)
+    )
+    return boots
+
+
 def fill(depth: int, n: int) -> None:
     """Create, migrate and fill one depth's database, unless it already holds them."""
     from django.core.management import call_command
     from django.db import connection
 
-    from durablebeat.models import Boot, Run, Schedule
+    from durablebeat.models import Run, Schedule
 
     use(depth)
     bench.create_database()
@@ -122,23 +142,9 @@ def fill(depth: int, n: int) -> None:
         return
     started = time.perf_counter()
     bench.populate(n)  # truncates every durablebeat table, then N schedules
-    boots = [
-        (str(uuid.uuid4()), bench.now() - HISTORY_END - HISTORY_SPAN + d * DAY)
-        for d in range(HISTORY_SPAN.days + 1)
-    ]
-    Boot.objects.bulk_create(
-        Boot(
-            id=b,
-            hostname="web-1",
-            pid=1000 + d,
-            started_at=at,
-            heartbeat_at=at + DAY,
-            stopped_at=at + DAY,
-        )
-        for d, (b, at) in enumerate(boots)
-    )
-    ids = list(Schedule.objects.filter(name__startswith="tenant-").values_list("pk", flat=True))
     start = bench.now() - HISTORY_END - HISTORY_SPAN
+    boots = day_boots("web-1", 1000, start, HISTORY_SPAN.days + 1)
+    ids = list(Schedule.objects.filter(name__startswith="tenant-").values_list("pk", flat=True))
     copy_runs(old_runs(sorted(ids), boots, depth, start, HISTORY_SPAN), depth, started)
     recent(n)
     with connection.cursor() as cur:
@@ -175,24 +181,13 @@ def recent(n: int) -> None:
     none, so a difference is the history's cost, not more rows drawn."""
     from django.db import connection
 
-    from durablebeat.models import Boot, Run, Schedule
+    from durablebeat.models import Run, Schedule
 
     if Run.objects.filter(worker=RECENT_WORKER).count() == RECENT_DAYS * n:
         return
     Run.objects.filter(worker=RECENT_WORKER).delete()
     start = bench.now() - HISTORY_END + DAY
-    boots = [(str(uuid.uuid4()), start + d * DAY) for d in range(RECENT_DAYS)]
-    Boot.objects.bulk_create(
-        Boot(
-            id=b,
-            hostname="web-2",
-            pid=2000 + d,
-            started_at=at,
-            heartbeat_at=at + DAY,
-            stopped_at=at + DAY,
-        )
-        for d, (b, at) in enumerate(boots)
-    )
+    boots = day_boots("web-2", 2000, start, RECENT_DAYS)
     ids = sorted(Schedule.objects.filter(name__startswith="tenant-").values_list("pk", flat=True))
     lines = old_runs(ids, boots, RECENT_DAYS * n, start, RECENT_DAYS * DAY, RECENT_WORKER)
     copy_runs(lines, RECENT_DAYS * n, time.perf_counter())
