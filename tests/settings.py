@@ -70,10 +70,16 @@ if os.environ.get("E2E_DB_POOL") == "1":
 if os.environ.get("E2E_DB_POOLED") == "1":
     # Through PgBouncer in transaction pooling (R31): Django's advice for it
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
-CELERY_BROKER_URL = os.environ.get(
-    "CELERY_BROKER_URL",
-    f"redis://127.0.0.1:6379/{os.environ.get('DURABLEBEAT_TEST_REDIS_DB', '15')}",
-)
+# A pytest-xdist worker (gw0, gw1, ...) counts down from the run's Redis database: each its
+# own broker, as each has its own test databases (pytest-django suffixes their names).
+# scripts/test.sh gives each run beside another a base far enough apart.
+XDIST_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+REDIS_DB = int(os.environ.get("DURABLEBEAT_TEST_REDIS_DB", "15")) - XDIST_WORKER
+if not 0 <= REDIS_DB <= 15:
+    raise ValueError(
+        f"xdist worker gw{XDIST_WORKER} has no Redis database below DURABLEBEAT_TEST_REDIS_DB"
+    )
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", f"redis://127.0.0.1:6379/{REDIS_DB}")
 CELERY_BROKER_TRANSPORT_OPTIONS = {}
 CELERY_RESULT_BACKEND = "django-db"
 # Celery's beat (and durablebeat, R25) adds celery.backend_cleanup with django-db when

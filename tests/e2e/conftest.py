@@ -22,7 +22,8 @@ SUFFIX = os.environ.get("DURABLEBEAT_TEST_SUFFIX", "")
 # DURABLEBEAT_TEST_BROKER=amqp runs on the local RabbitMQ instead, in a virtual host of
 # this run's own (durablebeat<suffix>), made on first use.
 if os.environ.get("DURABLEBEAT_TEST_BROKER") == "amqp":
-    BROKER = f"amqp://guest:guest@127.0.0.1:5672/durablebeat{SUFFIX}"
+    _worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    BROKER = f"amqp://guest:guest@127.0.0.1:5672/durablebeat{SUFFIX}{_worker}"
 else:
     BROKER = settings.CELERY_BROKER_URL
 

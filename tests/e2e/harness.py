@@ -21,7 +21,16 @@ ROOT = Path(__file__).resolve().parents[2]
 #: put first on PYTHONPATH with E2E_CLOCK_OFFSET, it sets a process's wall clock off (R26)
 SKEW = Path(__file__).resolve().with_name("skew")
 CELERY = str(Path(sys.executable).with_name("celery"))
-OUTPUT = ROOT / "test-output" / "e2e"
+#: a folder per run (database and suffix): the PostgreSQL and MariaDB runs go side by side
+OUTPUT = (
+    ROOT
+    / "test-output"
+    / "e2e"
+    / (
+        os.environ.get("DURABLEBEAT_TEST_DB", "postgres")
+        + os.environ.get("DURABLEBEAT_TEST_SUFFIX", "")
+    )
+)
 
 
 def wait_until(
