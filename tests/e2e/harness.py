@@ -50,14 +50,23 @@ def wait_until(
 class Proc:
     """One celery process with its log in test-output/e2e/."""
 
-    def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        env: dict[str, str],
+        *,
+        program: tuple[str, ...] = (CELERY, "-A", "project"),
+        cwd: Path = ROOT,
+    ) -> None:
+        """``program`` and ``cwd``: another project's celery (the docs' own, issue 39)."""
         OUTPUT.mkdir(parents=True, exist_ok=True)
         self.name = name
         self.log_path = OUTPUT / f"{name}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.popen = subprocess.Popen(
-            [CELERY, "-A", "project", *args],
-            cwd=ROOT,
+            [*program, *args],
+            cwd=cwd,
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -74,6 +83,11 @@ class Proc:
     def booted(self) -> bool:
         """A beat that reached its database (the line ``Engine`` logs at each boot)."""
         return "database reachable" in self.log()
+
+    def ready(self) -> bool:
+        """A beat that reached its database, or a worker that says it is ready."""
+        log = self.log()
+        return "database reachable" in log or "ready." in log
 
     def signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
