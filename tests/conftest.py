@@ -12,6 +12,19 @@ import pytest
 T0 = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests of a minute or more (``long``) and the quiet group (tests/e2e/harness.py's
+    ``QUIET``) first: a parallel run (pytest-xdist) hands out work in this order, so none of
+    them starts last and holds the whole run up alone (issue 38)."""
+
+    def later(item: pytest.Item) -> bool:
+        return item.get_closest_marker("long") is None and not any(
+            mark.args == ("quiet",) for mark in item.iter_markers("xdist_group")
+        )
+
+    items.sort(key=later)
+
+
 @pytest.fixture
 def t0() -> dt.datetime:
     return T0

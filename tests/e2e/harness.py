@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 #: put first on PYTHONPATH with E2E_CLOCK_OFFSET, it sets a process's wall clock off (R26)
 SKEW = Path(__file__).resolve().with_name("skew")
@@ -31,6 +33,13 @@ OUTPUT = (
         + os.environ.get("DURABLEBEAT_TEST_SUFFIX", "")
     )
 )
+
+
+#: the tests that need the machine quiet (a burst of thousands of slots, Chromium, timings
+#: within a second or two): under pytest-xdist's ``--dist loadgroup`` (scripts/test.sh) they
+#: run one after another on one worker, so never beside each other; the restart storms and
+#: outages, which mostly wait, run beside them on the other workers.
+QUIET = pytest.mark.xdist_group("quiet")
 
 
 def wait_until(

@@ -16,7 +16,9 @@ import pytest
 
 from tests.e2e.browser import chromium, fill, log_in, shot
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+from .harness import QUIET
+
+pytestmark = [QUIET, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select  # noqa: E402

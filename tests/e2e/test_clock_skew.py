@@ -82,6 +82,7 @@ def _overlaps(name: str, problems: list[str]) -> int:
     return len(spans)
 
 
+@pytest.mark.long
 def test_beats_and_a_worker_with_clocks_off_fire_on_time_once_and_never_overlap(
     cluster: Cluster,
 ):

@@ -34,6 +34,7 @@ def _up(cluster: Cluster) -> Proc:
     return beat
 
 
+@pytest.mark.long
 def test_a_deploy_inside_the_grace_is_quiet_and_one_held_past_it_is_no_beat(cluster: Cluster):
     cluster.beat_schedule = {
         "every5": {"task": RECORD, "every": 5, "durablebeat": {"startup_grace": 3}},

@@ -36,6 +36,7 @@ def _no_crash(*procs) -> None:
         assert "Traceback" not in proc.log(), f"{proc.name}:\n{proc.log()[-3000:]}"
 
 
+@pytest.mark.long
 def test_stop_straddling_a_cron_slot_catches_up_delivery_and_counts_housekeeping(
     cluster: Cluster,
 ):

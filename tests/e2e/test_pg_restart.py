@@ -27,9 +27,9 @@ import pytest
 import redis
 
 from .conftest import BROKER
-from .harness import ROOT, Cluster, wait_until
+from .harness import QUIET, ROOT, Cluster, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.postgres_only]
+pytestmark = [QUIET, pytest.mark.e2e, pytest.mark.postgres_only]
 
 BIN = (
     Path(sorted(glob.glob("/usr/lib/postgresql/*/bin"))[-1])

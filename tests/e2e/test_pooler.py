@@ -24,9 +24,9 @@ from durablebeat.core import clock
 from durablebeat.enums import Kind, Reason, RunState
 from durablebeat.models import Boot, Incident, Run, Schedule
 
-from .harness import Cluster, Proc, wait_until
+from .harness import QUIET, Cluster, Proc, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.postgres_only]
+pytestmark = [QUIET, pytest.mark.e2e, pytest.mark.postgres_only]
 
 RECORD = "tests.e2eapp.tasks.record"
 PORTS = {"transaction": 6432, "session": 6433}

@@ -38,6 +38,7 @@ def _assert_no_crash(procs) -> None:
         assert "Traceback" not in proc.log(), f"{proc.name} crashed:\n{proc.log()[-3000:]}"
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
 def test_restart_storm_faster_than_the_period_neither_starves_nor_doubles(cluster: Cluster, sig):
     cluster.beat_schedule = {
@@ -82,6 +83,7 @@ def test_restart_storm_faster_than_the_period_neither_starves_nor_doubles(cluste
     _assert_no_crash(beats)
 
 
+@pytest.mark.long
 def test_two_beats_at_once_never_fire_a_slot_twice(cluster: Cluster):
     cluster.beat_schedule = {
         f"every5-{i}": {"task": RECORD, "every": 5, "durablebeat": {"startup_grace": 2}}
@@ -109,6 +111,7 @@ def test_two_beats_at_once_never_fire_a_slot_twice(cluster: Cluster):
     _assert_no_crash([a, b])
 
 
+@pytest.mark.long
 def test_crontab_every_minute_fires_each_slot_once_across_restarts(cluster: Cluster):
     cluster.beat_schedule = {"minutely": {"task": RECORD, "cron": "* * * * *"}}
     worker = cluster.worker()

@@ -23,10 +23,11 @@ from durablebeat.enums import Kind, Reason, RunState
 from durablebeat.models import Boot, Run, Schedule
 from tests.e2eapp.routers import SCHEDULER
 
-from .harness import ROOT, Cluster, wait_until
+from .harness import QUIET, ROOT, Cluster, wait_until
 from .test_pooler import two_beats_and_restarts
 
 pytestmark = [
+    QUIET,
     pytest.mark.e2e,
     pytest.mark.postgres_only,
     pytest.mark.django_db(transaction=True, databases=["default", SCHEDULER]),
