@@ -27,12 +27,12 @@ from typing import Any, Literal
 
 from django.db.models import JSONField
 
-from . import db, wakeup, words
+from . import conf, db, wakeup, words
 from .beat import publishing
 from .beat.codesync import OWN_FIELDS, CodeEntry, ShapeCache, celery_timezone
 from .core import clock, timing
 from .core.errors import InvalidSchedule
-from .enums import Source
+from .enums import Kind, Source
 from .models import (
     EDIT_RULE_FIELDS,
     MESSAGE_FIELDS,
@@ -180,6 +180,7 @@ def add_schedules(
         stored = _locked_rows([code.name for code in parsed])
         for code in parsed:
             row = stored.get(code.name)
+            _refuse_passed_one_off(code, row, now)
             if row is None:
                 created.append(code)
                 continue
@@ -234,7 +235,9 @@ def update_schedule(
             else:
                 entry["options"][key] = value
         entry["options"] = _without_none(entry["options"])
-        _parse(name, entry, ShapeCache(), _default_zone()).apply_to(row)
+        code = _parse(name, entry, ShapeCache(), _default_zone())
+        _refuse_passed_one_off(code, row, clock.now())
+        code.apply_to(row)
         row.save()  # the edit rules and the checks, as every save (models.Schedule.save)
     return ScheduleInfo.of(row, clock.now())
 
@@ -323,6 +326,30 @@ def _parse(name: str, entry: Mapping[str, Any], shapes: ShapeCache, zone: str) -
     if code.take_over:
         raise InvalidSchedule("options", f"take_over is for beat_schedule entries ({where})")
     return code
+
+
+def _refuse_passed_one_off(code: CodeEntry, row: Schedule | None, now: dt.datetime) -> None:
+    """R31 (issue 39): a one-off whose instant passed longer ago than
+    ``DURABLEBEAT_ONE_OFF_LATE_WINDOW`` would only ever be recorded missed: refused, naming
+    the field. Within the window it is taken and beat sends it at once, its run saying it
+    was written after its instant (a one-off for "now" is always a little in the past by
+    the time it is written). A schedule that already holds that instant is left alone (a
+    retried call is idempotent)."""
+    spec = code.spec
+    if not isinstance(spec, timing.Clocked):
+        return
+    if row is not None and row.deleted_at is None and row.clocked_at == spec.at:
+        if row.kind == Kind.CLOCKED:
+            return
+    window = conf.settings.ONE_OFF_LATE_WINDOW
+    past = now - spec.at
+    if past > window:
+        raise InvalidSchedule(
+            "schedule",
+            f"the one-off's instant {spec.at.isoformat()} passed {words.duration_words(past)} "
+            f"ago, more than DURABLEBEAT_ONE_OFF_LATE_WINDOW ({words.duration_words(window)}): "
+            f"beat would only record it missed (schedule {code.name!r})",
+        )
 
 
 def _rows(names: Iterable[str], lock: bool = False) -> dict[str, Schedule]:

@@ -22,6 +22,7 @@ from django.db.models import F, QuerySet
 from django.db.models.functions import Coalesce
 
 from .. import conf, db
+from ..core import timing
 from ..core.policy import (
     Defer,
     Due,
@@ -75,8 +76,16 @@ def apply_miss(due: Due, action: Miss, boot_id: uuid.UUID, now: dt.datetime) -> 
         return True
 
 
+def _one_off(due: Due) -> tuple[int | None, bool]:
+    """``why_late``'s one-off arguments: the schedule's id when it is a one-off (its slot
+    may predate its write), and whether beat had no next fire for it yet."""
+    if isinstance(due.spec, timing.Clocked):
+        return due.id, due.next_fire_at is None
+    return None, False
+
+
 def _record_missed(due: Due, missed: Any, boot_id: uuid.UUID, now: dt.datetime) -> None:
-    why = why_late(missed.last, now)  # R31: a beat that woke late, or none that ran
+    why = why_late(missed.last, now, *_one_off(due))  # R31: true, whatever the path
     MissedSlots.objects.create(
         schedule_id=due.id,
         boot_id=boot_id,
@@ -293,7 +302,7 @@ def _claim_one(
     skipped = _skip_reason(blocker) if blocker is not None else None
     late = ""
     if fire.late is not None:  # R31: a one-off fired late says so, and why
-        late = f"fired late: {why_late(fire.slot, now)}"
+        late = f"fired late: {why_late(fire.slot, now, *_one_off(due))}"
         logger.warning(
             "late schedule=%s slot=%s: %s",
             due.name,

@@ -473,3 +473,47 @@ def test_a_timing_edit_never_fires_the_old_slot(
     for minute in range(0, 4 * 60, 5):  # 06:00 .. 10:00 Berlin, a tick every 5 minutes
         engine.tick(morning + minute * 60 * S)
     assert publisher.slots() == [morning.replace(hour=8)]  # 09:00 Berlin
+
+
+# --- a one-off whose instant passed (R31, issue 39) ----------------------------------------
+
+
+def test_a_one_off_past_the_late_window_is_refused_naming_the_field_and_by_how_much(frozen):
+    past = frozen - 2 * H
+    for write in (
+        lambda: api.add_schedule("late", TASK, past),
+        lambda: api.add_schedules({"ok": digest(), "late": {"task": TASK, "schedule": past}}),
+    ):
+        with pytest.raises(api.InvalidSchedule) as refused:
+            write()
+        assert refused.value.field == "schedule"
+        message = str(refused.value)
+        assert "passed 2 h ago" in message and "ONE_OFF_LATE_WINDOW (1 h)" in message
+        assert "'late'" in message
+    assert not Schedule.objects.exists()
+    api.add_schedule("late", TASK, frozen + H)
+    with pytest.raises(api.InvalidSchedule) as refused:
+        api.update_schedule("late", schedule=past)
+    assert refused.value.field == "schedule" and "'late'" in str(refused.value)
+    assert Schedule.objects.get().clocked_at == frozen + H
+
+
+def test_a_one_off_within_the_late_window_is_sent_at_once_saying_why(
+    frozen, make_engine, publisher, time_machine
+):
+    """A one-off for "now" is a few ms past when written: taken, and sent at the next look
+    as scheduled; one written 20 minutes after its instant is sent at once too, its run
+    saying so (never "no beat could fire it" while a beat ran: issue 39)."""
+    engine = make_engine()
+    engine.tick(frozen)  # a beat is running
+    api.add_schedule("now", TASK, frozen - dt.timedelta(milliseconds=10))
+    api.add_schedule("earlier", TASK, frozen - 20 * 60 * S)
+    engine.tick(frozen + S)
+    assert sorted(c.schedule for c in publisher.claims) == ["earlier", "now"]
+    runs = {r.schedule.name: r for r in Run.objects.select_related("schedule")}
+    assert runs["now"].detail == ""  # on time
+    assert runs["earlier"].detail.startswith(
+        "fired late: the one-off was made 20 min after its instant"
+    )
+    time_machine.move_to(frozen + 2 * H, tick=False)
+    api.add_schedule("earlier", TASK, frozen - 20 * 60 * S)  # a retry: the same, not refused
