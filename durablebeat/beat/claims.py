@@ -31,7 +31,7 @@ from ..core.policy import (
     news_overdue,
     no_news_bound,
 )
-from ..enums import IN_FLIGHT_STATES, Failure, Overlap, Reason, RunState
+from ..enums import IN_FLIGHT_STATES, RUN_NOW_ADMIN, Failure, Overlap, Reason, RunState
 from ..models import (
     MissedSlots,
     Run,
@@ -313,8 +313,11 @@ def _claim_one(
     return batch_claim.insert_run(due, fire, boot_id, now, skipped, late)
 
 
-def claim_manual(row: Schedule, boot_id: uuid.UUID | None, now: dt.datetime) -> Claim:
-    """A "run now": a run through the same ledger, reason manual, no change to next fire.
+def claim_manual(
+    row: Schedule, boot_id: uuid.UUID | None, now: dt.datetime, detail: str = RUN_NOW_ADMIN
+) -> Claim:
+    """A "run now": a run through the same ledger, reason manual, no change to next fire;
+    ``detail`` says who asked (``RUN_NOW_ADMIN``, ``RUN_NOW_API``).
 
     The schedule's last fire moves (the admin and ``status`` show that it went out)."""
     message = Message.for_row(row)  # a bad row is refused before anything is written
@@ -324,6 +327,7 @@ def claim_manual(row: Schedule, boot_id: uuid.UUID | None, now: dt.datetime) -> 
             slot=now,
             boot_id=boot_id,
             reason=Reason.MANUAL,
+            detail=detail,
             claimed_at=now,
             task_id=new_task_id(),
         )

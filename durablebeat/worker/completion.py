@@ -13,11 +13,11 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db.models import F, Q
+from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Coalesce
 
 from .. import db
-from ..enums import UNTRACKED, RunState
+from ..enums import RUN_NOW_DETAILS, UNTRACKED, RunState
 from ..models import Run, Schedule
 from ..validation import storable
 
@@ -34,6 +34,9 @@ STARTABLE = (
 COMPLETABLE = STARTABLE
 #: error text kept on a run
 MAX_ERROR = 4000
+#: a move clears the run's detail (a no-news or lost note the news overrides), but keeps who
+#: asked for a "run now": ``report`` names an API call and an admin click apart by it
+KEEP_RUN_NOW = Case(When(detail__in=RUN_NOW_DETAILS, then=F("detail")), default=Value(""))
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ def start(event: Started) -> bool:
             worker_pid=event.worker_pid,
             hard_time_limit=event.hard_time_limit,
             published_at=Coalesce(F("published_at"), event.at),
-            detail="",
+            detail=KEEP_RUN_NOW,
         )
     )
 
@@ -90,7 +93,7 @@ def finish(event: Finished) -> bool:
         "published_at": Coalesce(F("published_at"), event.started_at or event.at),
         "soft_time_limit_exceeded": event.soft_time_limit_exceeded,
         "error": storable(event.error)[:MAX_ERROR],
-        "detail": "",
+        "detail": KEEP_RUN_NOW,
     }
     with db.atomic():
         runs = Run.objects.filter(task_id=event.task_id, state__in=COMPLETABLE)

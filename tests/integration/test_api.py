@@ -153,8 +153,15 @@ def test_delete_keeps_the_history_or_removes_it_as_asked(make_engine, publisher,
     assert [s.name for s in api.list_schedules()] == []
     [deleted] = api.list_schedules(include_deleted=True)
     assert (deleted.name, deleted.next_fire, deleted.enabled) == ("kept", "deleted", False)
+    # issue 39: a schedule kept, marked deleted, reads back (it raised ScheduleNotFound)
+    kept = api.get_schedule("kept")
+    assert (kept.deleted_at, kept.next_fire, kept.enabled) == (frozen, "deleted", False)
+    assert kept == deleted
+    for change in (api.pause_schedule, api.resume_schedule, api.run_now):
+        with pytest.raises(api.ScheduleNotFound):  # the calls that change one: it is gone
+            change("kept")
     with pytest.raises(api.ScheduleNotFound):
-        api.get_schedule("kept")
+        api.get_schedule("gone")
     report = build_report(frozen - H, frozen + H)
     assert "  kept (deleted): 1" in format_report(report).splitlines()  # the ledger says it
     engine.tick(frozen + 5 * 60 * S)
@@ -217,7 +224,7 @@ def test_many_at_once_created_then_replaced(make_engine, publisher, frozen):
     ("own", "field", "words"),
     [
         ({"kwargs": {1: "one"}}, "kwargs", "keys must be strings"),
-        ({"kwargs": {"note": "x\x00"}}, "args", "must be JSON values"),
+        ({"kwargs": {"note": "x\x00"}}, "kwargs", "must be JSON values"),  # was "args"
         ({"kwargs": {"blob": "x" * 70_000}}, "kwargs", "DURABLEBEAT_MAX_MESSAGE_BYTES"),
         ({"args": [object()]}, "args", "JSON"),
         ({"args": "abc"}, "args", "list or tuple"),
@@ -248,7 +255,12 @@ def test_one_bad_entry_among_many_of_one_shape_refuses_the_call_naming_it(
     [
         ({"options": {"priority": 1}}, {"options": {"priority": True}}, "priority", "bool"),
         ({"options": {"priority": 1}}, {"options": {"priority": 1.0}}, "priority", "float"),
-        ({"timezone": "Europe/Berlin"}, {"timezone": "Mars/Olympus"}, "schedule", "Mars"),
+        (
+            {"timezone": "Europe/Berlin"},
+            {"timezone": "Mars/Olympus"},
+            "timezone",
+            "Mars",
+        ),  # was "schedule"
         ({"schedule": 60}, {"schedule": 0}, "schedule", "positive"),
         ({"task": TASK}, {"task": TASK + "_typo"}, "task", "_typo"),
         ({"options": {"headers": {"x": 1}}}, {"options": {"headers": {"id": 1}}}, "headers", "id"),
@@ -517,3 +529,45 @@ def test_a_one_off_within_the_late_window_is_sent_at_once_saying_why(
     )
     time_machine.move_to(frozen + 2 * H, tick=False)
     api.add_schedule("earlier", TASK, frozen - 20 * 60 * S)  # a retry: the same, not refused
+
+
+# --- one field per mistake, whatever the call; every message names the schedule (issue 39) --
+
+
+CALLS: dict[str, Callable[..., Any]] = {
+    "add_schedule": lambda **kw: api.add_schedule(
+        "s", kw.pop("task", TASK), kw.pop("schedule", crontab(minute=0, hour=8)), **kw
+    ),
+    "add_schedules": lambda **kw: api.add_schedules(
+        {"s": {"task": TASK, "schedule": crontab(minute=0, hour=8)} | kw}
+    ),
+    "update_schedule": lambda **kw: api.update_schedule("s", **kw),
+}
+
+
+@pytest.mark.parametrize("call", list(CALLS))
+@pytest.mark.parametrize(
+    ("mistake", "field"),
+    [
+        ({"timezone": "Mars/Olympus"}, "timezone"),
+        ({"timezone": "Mars/Olympus", "schedule": 60}, "timezone"),  # ignored by the timing
+        ({"timezone": 5}, "timezone"),
+        ({"kwargs": {"at": object()}}, "kwargs"),
+        ({"args": [object()]}, "args"),
+        ({"task": "tests.e2eapp.tasks.recrod"}, "task"),
+        ({"schedule": 0}, "schedule"),
+    ],
+)
+def test_one_field_per_mistake_whatever_the_call(frozen, call, mistake, field):
+    api.add_schedules({"s": {"task": TASK, "schedule": crontab(minute=0, hour=9)}})
+    with pytest.raises(api.InvalidSchedule) as refused:
+        CALLS[call](**dict(mistake))
+    assert refused.value.field == field
+    assert "(schedule 's')" in str(refused.value)
+
+
+def test_delete_refuses_an_unknown_history_naming_the_schedule(frozen):
+    api.add_schedule("s", TASK, 60)
+    with pytest.raises(api.InvalidSchedule) as refused:
+        api.delete_schedule("s", history="yes")  # type: ignore[arg-type]
+    assert refused.value.field == "history" and "(schedule 's')" in str(refused.value)

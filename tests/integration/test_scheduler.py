@@ -162,7 +162,7 @@ def test_an_unregistered_task_in_beat_schedule_never_stops_migrate(monkeypatch):
     monkeypatch.setitem(
         app.conf, "beat_schedule", {"broken": {"task": "shop.tasks.cleanup", "schedule": -5}}
     )
-    with pytest.raises(SystemCheckError, match="durablebeat.E003"):  # malformed: still one
+    with pytest.raises(SystemCheckError, match=r"durablebeat\.E003"):  # malformed: still one
         call_command("check", fail_level="ERROR")
 
 

@@ -139,9 +139,7 @@ def test_a_task_external_tasks_names_is_taken_by_every_write_path(settings, exte
 def test_a_stored_code_row_with_an_unregistered_task_may_be_edited(make_engine):
     """The admin edits a beat_schedule row (its description, say): its task is code's,
     sent by name (R29), and is no reason to refuse the edit."""
-    make_engine({"elsewhere": {"task": ELSEWHERE, "schedule": 60}}).tick(
-        dt.datetime.now(dt.UTC)
-    )
+    make_engine({"elsewhere": {"task": ELSEWHERE, "schedule": 60}}).tick(dt.datetime.now(dt.UTC))
     row: Any = Schedule.objects.get(name="elsewhere")
     row.description = "sends the invoices"
     row.full_clean()
