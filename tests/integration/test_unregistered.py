@@ -145,3 +145,19 @@ def test_a_stored_code_row_with_an_unregistered_task_may_be_edited(make_engine):
     row.full_clean()
     row.save()
     assert Schedule.objects.get(name="elsewhere").description == "sends the invoices"
+
+
+def test_the_admin_form_refuses_a_typo_naming_the_closest_task(admin_client, settings):
+    """R29: the admin is a write: a typo is refused on the field, with the likely task; a
+    name DURABLEBEAT_EXTERNAL_TASKS matches is taken."""
+    from tests.integration.admin_forms import schedule_form
+
+    add = "/admin/durablebeat/schedule/add/"
+    response = admin_client.post(add, schedule_form(task="tests.e2eapp.tasks.recrod"))
+    errors = response.context["adminform"].form.errors
+    assert "did you mean 'tests.e2eapp.tasks.record'?" in " ".join(errors["task"])
+    assert not Schedule.objects.exists()
+    settings.DURABLEBEAT_EXTERNAL_TASKS = ["billing.*"]
+    response = admin_client.post(add, schedule_form(task=ELSEWHERE))
+    assert response.status_code == 302
+    assert Schedule.objects.get().task == ELSEWHERE
