@@ -103,3 +103,25 @@ def test_beat_boots_with_an_entry_whose_task_it_has_not_registered(cluster: Clus
     assert Schedule.objects.get(name="elsewhere").error == ""
     assert beat.terminate() == 0
     worker.terminate()
+
+
+def test_a_past_one_off_from_code_is_sent_at_once_saying_why_or_refused(cluster: Cluster) -> None:
+    """Issue 39 (R31): a one-off whose instant passed within DURABLEBEAT_ONE_OFF_LATE_WINDOW
+    is sent at once, its run saying it was made after its instant (it read "no beat could
+    fire it" while this beat ran); one further past is refused at the write."""
+    worker = cluster.worker(concurrency=1)
+    beat = cluster.beat()
+    wait_until(beat.booted, 60, what="beat boot")
+    now = clock.now()
+    api.add_schedule("past", RECORD, now - 5 * 60 * S)
+    api.add_schedule("now", RECORD, now)
+    with pytest.raises(api.InvalidSchedule) as refused:
+        api.add_schedule("ancient", RECORD, now - 2 * 3600 * S)
+    assert refused.value.field == "schedule" and "ONE_OFF_LATE_WINDOW" in str(refused.value)
+    wait_until(lambda: slots("past") and slots("now"), 60, what="both one-offs executed")
+    past = Run.objects.get(schedule__name="past")
+    assert past.detail.startswith("fired late: the one-off was made 5 min after its instant")
+    assert Run.objects.get(schedule__name="now").detail == ""
+    assert not Schedule.objects.filter(name="ancient").exists()
+    assert beat.terminate() == 0
+    worker.terminate()

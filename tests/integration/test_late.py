@@ -138,3 +138,19 @@ def test_a_one_off_moved_into_the_past_says_it_was_written_after(
     assert [c.slot for c in publisher.claims] == [t0 + 2 * M]
     detail = Run.objects.get().detail
     assert "the one-off was written 18 min after its instant" in detail
+
+
+def test_a_late_one_offs_note_survives_its_start_and_finish(make_engine, one_off, publisher, t0):
+    """R31: the worker's start and completion cleared every run's detail, so a late one-off
+    that ran read as on time (found by the e2e test of issue 39). They clear a lost or
+    no-news note only."""
+    from durablebeat.worker import completion
+
+    one_off(t0, written=t0 + 5 * M)
+    make_engine().tick(t0 + 5 * M + S)
+    [claim] = publisher.claims
+    assert completion.start(completion.Started(claim.task_id, t0 + 6 * M, "w@h", 1, None))
+    assert completion.finish(completion.Finished(claim.task_id, t0 + 7 * M, True))
+    run = Run.objects.get()
+    assert run.state == RunState.SUCCEEDED
+    assert run.detail.startswith("fired late: the one-off was made 5 min after its instant")
