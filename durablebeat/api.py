@@ -27,12 +27,12 @@ from typing import Any, Literal
 
 from django.db.models import JSONField
 
-from . import db, wakeup, words
+from . import conf, db, wakeup, words
 from .beat import publishing
 from .beat.codesync import OWN_FIELDS, CodeEntry, ShapeCache, celery_timezone
 from .core import clock, timing
 from .core.errors import InvalidSchedule
-from .enums import Source
+from .enums import RUN_NOW_API, Kind, Source
 from .models import (
     EDIT_RULE_FIELDS,
     MESSAGE_FIELDS,
@@ -80,7 +80,7 @@ _UNSET: Any = object()
 
 
 class ScheduleNotFound(LookupError):
-    """No schedule of that name (or it was deleted)."""
+    """No schedule of that name (or, for the calls that change one, it was deleted)."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +180,7 @@ def add_schedules(
         stored = _locked_rows([code.name for code in parsed])
         for code in parsed:
             row = stored.get(code.name)
+            _refuse_passed_one_off(code, row, now)
             if row is None:
                 created.append(code)
                 continue
@@ -222,6 +223,8 @@ def update_schedule(
         entry = _entry_of(row)
         changes = {"task": task, "schedule": schedule, "relative": relative, "timezone": timezone}
         entry |= {key: value for key, value in changes.items() if value is not _UNSET}
+        if timezone is not _UNSET:
+            _check_zone(name, timezone)
         if timezone is not _UNSET and schedule is _UNSET:
             entry["schedule"] = _in_zone(entry["schedule"], timezone)
         if args is not _UNSET:
@@ -234,7 +237,9 @@ def update_schedule(
             else:
                 entry["options"][key] = value
         entry["options"] = _without_none(entry["options"])
-        _parse(name, entry, ShapeCache(), _default_zone()).apply_to(row)
+        code = _parse(name, entry, ShapeCache(), _default_zone())
+        _refuse_passed_one_off(code, row, clock.now())
+        code.apply_to(row)
         row.save()  # the edit rules and the checks, as every save (models.Schedule.save)
     return ScheduleInfo.of(row, clock.now())
 
@@ -253,7 +258,7 @@ def resume_schedule(name: str) -> ScheduleInfo:
 def run_now(name: str) -> str:
     """Send the schedule's task once now, outside its slots (a run with reason manual, as
     the admin's "run now"); returns the task id. The broker's error, if any, is raised."""
-    claim = publishing.run_now(_row(name))
+    claim = publishing.run_now(_row(name), by=RUN_NOW_API)  # report names it as such
     return claim.task_id
 
 
@@ -263,7 +268,9 @@ def delete_schedule(name: str, *, history: Literal["keep", "remove"]) -> None:
     deleted; adding one of that name again takes it back, history and all.
     ``history="remove"``: the schedule and every run of it are removed."""
     if history not in ("keep", "remove"):
-        raise InvalidSchedule("history", f"must be 'keep' or 'remove', not {history!r}")
+        raise InvalidSchedule(
+            "history", f"must be 'keep' or 'remove', not {history!r} (schedule {name!r})"
+        )
     with db.atomic():
         row = _row(name, lock=True)
         _refuse_code_owned(row)
@@ -275,7 +282,13 @@ def delete_schedule(name: str, *, history: Literal["keep", "remove"]) -> None:
 
 
 def get_schedule(name: str) -> ScheduleInfo:
-    return ScheduleInfo.of(_row(name), clock.now())
+    """The schedule ``name``, one deleted with its history kept too (``deleted_at`` set,
+    ``next_fire`` "deleted"); ``ScheduleNotFound`` when there is none, or it was removed.
+    The calls that change a schedule treat a deleted one as gone."""
+    row = _rows([name]).get(name)
+    if row is None:
+        raise ScheduleNotFound(f"no schedule named {name!r}")
+    return ScheduleInfo.of(row, clock.now())
 
 
 def list_schedules(*, include_deleted: bool = False) -> list[ScheduleInfo]:
@@ -303,7 +316,10 @@ def _parse(name: str, entry: Mapping[str, Any], shapes: ShapeCache, zone: str) -
 
     where = f"schedule {name!r}"
     entry = dict(entry)
-    zone = entry.pop("timezone", None) or zone
+    given = entry.pop("timezone", None)
+    if given is not None:
+        _check_zone(name, given)  # a typo is refused whatever the timing, as "timezone"
+    zone = given or zone
     try:
         code = shapes.parse(name, entry, zone, where=where)
     except ImproperlyConfigured as exc:
@@ -315,14 +331,60 @@ def _parse(name: str, entry: Mapping[str, Any], shapes: ShapeCache, zone: str) -
             "schedule", f"a custom schedule object lives in code: put it in beat_schedule ({where})"
         )
     if code.live is not None:
+        field = _live_field(code)
+        what = "link callbacks" if field == "options" else field
         raise InvalidSchedule(
-            "args",
-            "args, kwargs and link callbacks must be JSON values here (a computed value or a "
-            f"Python object needs a beat_schedule entry) ({where})",
+            field,
+            f"{what} must be JSON values here (a computed value or a Python object needs a "
+            f"beat_schedule entry) ({where})",
         )
     if code.take_over:
         raise InvalidSchedule("options", f"take_over is for beat_schedule entries ({where})")
     return code
+
+
+def _check_zone(name: str, zone: Any) -> None:
+    """The ``timezone`` argument, refused as field ``timezone`` naming the schedule, from
+    every call alike (add_schedule, add_schedules, update_schedule)."""
+    try:
+        timing.zone_of(zone)
+    except InvalidSchedule as exc:
+        raise InvalidSchedule("timezone", f"{exc.message} (schedule {name!r})") from exc
+
+
+def _live_field(code: CodeEntry) -> str:
+    """Which field holds a value only code can hold: args, kwargs, or a link in options."""
+    from .beat import live
+
+    if live.holds_code_values(code.args):
+        return "args"
+    if live.holds_code_values(code.kwargs):
+        return "kwargs"
+    return "options"
+
+
+def _refuse_passed_one_off(code: CodeEntry, row: Schedule | None, now: dt.datetime) -> None:
+    """R31 (issue 39): a one-off whose instant passed longer ago than
+    ``DURABLEBEAT_ONE_OFF_LATE_WINDOW`` would only ever be recorded missed: refused, naming
+    the field. Within the window it is taken and beat sends it at once, its run saying it
+    was written after its instant (a one-off for "now" is always a little in the past by
+    the time it is written). A schedule that already holds that instant is left alone (a
+    retried call is idempotent)."""
+    spec = code.spec
+    if not isinstance(spec, timing.Clocked):
+        return
+    held = row is not None and row.deleted_at is None and row.kind == Kind.CLOCKED
+    if held and row is not None and row.clocked_at == spec.at:
+        return  # the instant it holds already: a retried call
+    window = conf.settings.ONE_OFF_LATE_WINDOW
+    past = now - spec.at
+    if past > window:
+        raise InvalidSchedule(
+            "schedule",
+            f"the one-off's instant {spec.at.isoformat()} passed {words.duration_words(past)} "
+            f"ago, more than DURABLEBEAT_ONE_OFF_LATE_WINDOW ({words.duration_words(window)}): "
+            f"beat would only record it missed (schedule {code.name!r})",
+        )
 
 
 def _rows(names: Iterable[str], lock: bool = False) -> dict[str, Schedule]:

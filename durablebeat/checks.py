@@ -10,7 +10,7 @@ from django.core import checks
 from . import conf
 from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
 from .beat.dberrors import unsupported_backend
-from .validation import known_task_names, task_name_error
+from .validation import known_task_names, typo_hint
 
 SCHEDULER_PATH = "durablebeat.schedulers:DurableScheduler"
 
@@ -127,8 +127,9 @@ def check_scheduler_configured(**kwargs: Any) -> list[checks.CheckMessage]:
 
 
 def check_code_schedules(**kwargs: Any) -> list[checks.CheckMessage]:
-    """E003: a ``beat_schedule`` entry beat would refuse at boot, a task-name typo included
-    (R20, R29); W006: the task modules could not be imported to check the names."""
+    """E003: a ``beat_schedule`` entry beat would refuse at boot (R20); W007: one whose
+    task the Celery app has not registered, which beat sends by name (R29); W006: the task
+    modules could not be imported to check the names."""
     app = _celery_app()
     beat_schedule = app.conf.beat_schedule or {}
     problems: list[checks.CheckMessage] = []
@@ -143,7 +144,7 @@ def check_code_schedules(**kwargs: Any) -> list[checks.CheckMessage]:
                 checks.Warning(
                     f"could not import the Celery task modules to check beat_schedule's task "
                     f"names: {type(exc).__name__}: {exc}",
-                    hint="beat checks them when it boots, and refuses an unknown one.",
+                    hint="beat sends an unregistered task by name, and says so once when it boots.",
                     id="durablebeat.W006",
                 )
             )
@@ -157,18 +158,29 @@ def check_code_schedules(**kwargs: Any) -> list[checks.CheckMessage]:
         problems.append(checks.Error(str(exc), id="durablebeat.E003"))
     if names is not None:
         problems += [
-            checks.Error(
-                f"beat_schedule[{name!r}]: task: {task_name_error(entry['task'])}",
-                hint="A typo, or a task module the Celery app does not import "
-                "(CELERY_IMPORTS, autodiscover_tasks).",
-                id="durablebeat.E003",
-            )
+            unregistered_task_warning(name, entry["task"], names)
             for name, entry in beat_schedule.items()
             if isinstance(entry, dict)
             and isinstance(entry.get("task"), str)
+            and entry["task"]
             and entry["task"] not in names
         ]
     return problems
+
+
+def unregistered_task_warning(entry: str, task: str, names: frozenset[str]) -> checks.Warning:
+    """W007 (R29, R25): a ``beat_schedule`` entry whose task this Celery app has not
+    registered. Celery's beat sends it by name, and so does durablebeat's: a Warning, not
+    an Error, which would stop ``migrate`` and ``runserver`` for what may be a task served
+    by another codebase; a likely typo when a registered name is close."""
+    return checks.Warning(
+        f"beat_schedule[{entry!r}]: task: no task named {task!r} is registered in the Celery "
+        f"app; beat sends it by name, as Celery's beat does{typo_hint(task, names)}",
+        hint="A typo, a task module the Celery app does not import (CELERY_IMPORTS, an "
+        "installed app's tasks.py for autodiscover_tasks), or a task another codebase's "
+        "workers serve (then this warning can be silenced with SILENCED_SYSTEM_CHECKS).",
+        id="durablebeat.W007",
+    )
 
 
 def check_database_backend(**kwargs: Any) -> list[checks.CheckMessage]:

@@ -274,6 +274,29 @@ class Settings:
             )
         return value
 
+    @property
+    def EXTERNAL_TASKS(self) -> tuple[str, ...]:
+        """Task names (or ``fnmatch`` patterns, ``"billing.*"``) served by another codebase:
+        every write of a schedule (the API, the admin, ``save()``) takes a name it matches
+        without the writing process's Celery app having registered it (R29). Any other
+        unknown name is refused there as a likely typo."""
+        value = self._get("EXTERNAL_TASKS", ())
+        if value is None:
+            return ()
+        if isinstance(value, str) or not isinstance(value, list | tuple):
+            raise InvalidSetting(
+                f"DURABLEBEAT_EXTERNAL_TASKS must be a list of task names or patterns, "
+                f"got {value!r:.80}"
+            )
+        for item in value:
+            # a task name is one line of text (``validation.line_error`` on a row's task)
+            if not isinstance(item, str) or not item or not item.isprintable():
+                raise InvalidSetting(
+                    "DURABLEBEAT_EXTERNAL_TASKS must be a list of task names or patterns, each one "
+                    f"line of text, got {item!r:.80}"
+                )
+        return tuple(value)
+
     # --- operations ---
 
     @property

@@ -67,6 +67,12 @@ class RunState(models.TextChoices):
 #: on the model (``durablebeat_run_flagged_idx``) and names it
 UNTRACKED = "executed per the result backend; no worker reported it"
 
+#: who asked for a "run now" (reason ``manual``), as its run's ``detail`` says it, through
+#: its start and finish (``worker.completion.KEEP_DETAIL``): ``report`` names them apart
+RUN_NOW_ADMIN = "run now (admin)"
+RUN_NOW_API = "run now (API)"
+RUN_NOW_DETAILS = (RUN_NOW_ADMIN, RUN_NOW_API)
+
 
 class Failure(models.TextChoices):
     """Why a failed run failed, where the ledger knows more than its error (R21). Blank: the

@@ -17,6 +17,8 @@ accepted value is near a limit a database stores (an interval in microseconds fi
 from __future__ import annotations
 
 import datetime as dt
+import difflib
+import fnmatch
 import functools
 import importlib.util
 import json
@@ -79,10 +81,44 @@ def _import_task_modules(app: Any) -> None:
 
 
 def task_name_error(name: str) -> str | None:
+    """R29: why a write may not name ``name``: the writing process's Celery app has not
+    registered it and ``DURABLEBEAT_EXTERNAL_TASKS`` does not name it (typo protection);
+    the closest registered name is given when there is one. None: it may."""
     registry = _registry()
-    if registry is None or name in registry:
+    if registry is None or name in registry or is_external_task(name):
         return None
-    return f"no task named {name!r} is registered in the Celery app"
+    return (
+        f"no task named {name!r} is registered in the Celery app{typo_hint(name, registry)}; "
+        "a task served by another codebase goes into DURABLEBEAT_EXTERNAL_TASKS"
+    )
+
+
+def is_external_task(name: str) -> bool:
+    """``name`` is matched by ``DURABLEBEAT_EXTERNAL_TASKS`` (a name or an ``fnmatch``
+    pattern). An invalid setting matches nothing (``durablebeat.E002`` says why)."""
+    try:
+        patterns = settings.EXTERNAL_TASKS
+    except InvalidSetting:
+        return False
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+#: how alike two task names must be (``difflib``'s ratio) to call one a likely typo of the other
+TYPO_CUTOFF = 0.8
+
+
+def closest_task(name: str, registered: Any) -> str | None:
+    """The registered task name ``name`` is most likely a typo of, or None. Celery's own
+    tasks (``celery.*``) are no one's typo."""
+    names = [n for n in registered if isinstance(n, str) and not n.startswith("celery.")]
+    close = difflib.get_close_matches(name, names, n=1, cutoff=TYPO_CUTOFF)
+    return close[0] if close else None
+
+
+def typo_hint(name: str, registered: Any) -> str:
+    """``": a likely typo: did you mean 'x.y'?"`` when a registered name is close, else ""."""
+    close = closest_task(name, registered)
+    return f": a likely typo: did you mean {close!r}?" if close else ""
 
 
 #: the JSON fields of a schedule's message and the shape each must have
@@ -514,7 +550,10 @@ def validate_schedule_fields(schedule: Schedule, *, check_task: bool = True) -> 
     for name, msg in _kind_errors(schedule).items():
         errors.setdefault(name, msg)
     task = schedule.task
-    if check_task and task and isinstance(task, str) and "task" not in errors:
+    # R29: a stored beat_schedule row's task is sent by name, as Celery's beat sends it,
+    # whether or not this process registered it (an admin edit of it is not refused for it)
+    from_code = schedule.source == Source.CODE and schedule.pk is not None
+    if check_task and not from_code and task and isinstance(task, str) and "task" not in errors:
         unknown = task_name_error(task)
         if unknown is not None:
             errors["task"] = unknown

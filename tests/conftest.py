@@ -75,7 +75,8 @@ def make_engine(publisher: RecordingPublisher) -> Callable[..., Any]:
     from durablebeat.beat.engine import Engine
 
     def make(beat_schedule: dict[str, Any] | None = None, **kwargs: Any) -> Engine:
-        entries = parse_beat_schedule(beat_schedule or {}, "UTC")
+        # as the scheduler parses it: a task beat has not registered is sent by name (R29)
+        entries = parse_beat_schedule(beat_schedule or {}, "UTC", check_task=False)
         return Engine(code_entries=entries, publish=publisher, boot_id=uuid.uuid4(), **kwargs)
 
     return make

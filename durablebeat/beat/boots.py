@@ -15,6 +15,7 @@ from ..core import clock
 from ..models import (
     Boot,
     Incident,
+    Schedule,
 )
 from ..words import duration_words
 
@@ -109,10 +110,22 @@ WHY_MAX = 280
 NO_BEAT = "no beat could fire it (none running, or the database unreachable)"
 
 
-def why_late(slot: dt.datetime, now: dt.datetime) -> str:
-    """R31: why a slot is found only at ``now``: a beat that was running at the slot (it
-    started before it and was heard from after it) found it late, by how much; else none
-    was running, or none could reach the database."""
+def why_late(
+    slot: dt.datetime,
+    now: dt.datetime,
+    one_off: int | None = None,
+    first_sight: bool = False,
+) -> str:
+    """R31: why a slot is found only at ``now``. A one-off (``one_off``: its schedule's id)
+    written after its own instant was never due while a beat could fire it: said so, when
+    it was made after it, or (``first_sight``: beat had no next fire for it) last written
+    after it. Else a beat that was running at the slot (it started before it and was heard
+    from after it) found it late, by how much; else none was running, or none could reach
+    the database."""
+    if one_off is not None:
+        written = _written_after(one_off, slot, first_sight)
+        if written:
+            return written[:WHY_MAX]
     ran = (
         Boot.objects.filter(started_at__lte=slot, heartbeat_at__gte=slot)
         .filter(Q(stopped_at__isnull=True) | Q(stopped_at__gte=slot))
@@ -127,6 +140,26 @@ def why_late(slot: dt.datetime, now: dt.datetime) -> str:
         "the database did not answer) or stopped first"
     )
     return why[-WHY_MAX:]  # the ledger keeps 300 characters: a long host name loses its start
+
+
+def _written_after(schedule_id: int, slot: dt.datetime, first_sight: bool) -> str:
+    """Why a one-off's ``slot`` came late when it was written after it (issue 39: a one-off
+    for an instant already past, written from code, read "no beat could fire it" while a
+    beat was running); "" when it was not."""
+    stored = Schedule.objects.filter(pk=schedule_id).values_list("created_at", "updated_at")
+    created, updated = stored.first() or (None, None)
+    if created is not None and created > slot:
+        return (
+            f"the one-off was made {duration_words(created - slot)} after its instant "
+            f"(at {created.isoformat(timespec='seconds')}): it did not exist when its instant came"
+        )
+    if first_sight and updated is not None and updated > slot:
+        return (
+            f"the one-off was written {duration_words(updated - slot)} after its instant "
+            f"(at {updated.isoformat(timespec='seconds')}; its timing changed, or it was "
+            "resumed) and beat found it at its next look"
+        )
+    return ""
 
 
 def listen_deaf_alive() -> bool:

@@ -22,6 +22,7 @@ from django.db.models import F, QuerySet
 from django.db.models.functions import Coalesce
 
 from .. import conf, db
+from ..core import timing
 from ..core.policy import (
     Defer,
     Due,
@@ -30,7 +31,7 @@ from ..core.policy import (
     news_overdue,
     no_news_bound,
 )
-from ..enums import IN_FLIGHT_STATES, Failure, Overlap, Reason, RunState
+from ..enums import IN_FLIGHT_STATES, RUN_NOW_ADMIN, Failure, Overlap, Reason, RunState
 from ..models import (
     MissedSlots,
     Run,
@@ -75,8 +76,16 @@ def apply_miss(due: Due, action: Miss, boot_id: uuid.UUID, now: dt.datetime) -> 
         return True
 
 
+def _one_off(due: Due) -> tuple[int | None, bool]:
+    """``why_late``'s one-off arguments: the schedule's id when it is a one-off (its slot
+    may predate its write), and whether beat had no next fire for it yet."""
+    if isinstance(due.spec, timing.Clocked):
+        return due.id, due.next_fire_at is None
+    return None, False
+
+
 def _record_missed(due: Due, missed: Any, boot_id: uuid.UUID, now: dt.datetime) -> None:
-    why = why_late(missed.last, now)  # R31: a beat that woke late, or none that ran
+    why = why_late(missed.last, now, *_one_off(due))  # R31: true, whatever the path
     MissedSlots.objects.create(
         schedule_id=due.id,
         boot_id=boot_id,
@@ -293,7 +302,7 @@ def _claim_one(
     skipped = _skip_reason(blocker) if blocker is not None else None
     late = ""
     if fire.late is not None:  # R31: a one-off fired late says so, and why
-        late = f"fired late: {why_late(fire.slot, now)}"
+        late = f"fired late: {why_late(fire.slot, now, *_one_off(due))}"
         logger.warning(
             "late schedule=%s slot=%s: %s",
             due.name,
@@ -304,8 +313,11 @@ def _claim_one(
     return batch_claim.insert_run(due, fire, boot_id, now, skipped, late)
 
 
-def claim_manual(row: Schedule, boot_id: uuid.UUID | None, now: dt.datetime) -> Claim:
-    """A "run now": a run through the same ledger, reason manual, no change to next fire.
+def claim_manual(
+    row: Schedule, boot_id: uuid.UUID | None, now: dt.datetime, detail: str = RUN_NOW_ADMIN
+) -> Claim:
+    """A "run now": a run through the same ledger, reason manual, no change to next fire;
+    ``detail`` says who asked (``RUN_NOW_ADMIN``, ``RUN_NOW_API``).
 
     The schedule's last fire moves (the admin and ``status`` show that it went out)."""
     message = Message.for_row(row)  # a bad row is refused before anything is written
@@ -315,6 +327,7 @@ def claim_manual(row: Schedule, boot_id: uuid.UUID | None, now: dt.datetime) -> 
             slot=now,
             boot_id=boot_id,
             reason=Reason.MANUAL,
+            detail=detail,
             claimed_at=now,
             task_id=new_task_id(),
         )

@@ -106,6 +106,8 @@ class Engine:
         )
         customs = {e.name: e.spec for e in self.code_entries if isinstance(e.spec, timing.Custom)}
         self.triage = Triage(self.boot_id, customs, known_task_names())
+        for entry in self.code_entries:  # R29: said once, at boot; sent by name all the same
+            self.triage.say_unregistered(entry.name, entry.task, "beat_schedule's entry")
         live = {e.name: e.live for e in self.code_entries if e.live is not None}
         self.dispatcher = dispatch.Dispatcher(publish, publish_batch, broker_errors, live)
 

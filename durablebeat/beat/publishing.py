@@ -10,7 +10,7 @@ from kombu.exceptions import OperationalError
 
 from .. import signals
 from ..core import clock
-from ..enums import Source
+from ..enums import RUN_NOW_ADMIN, Source
 from ..models import Schedule
 from . import entry_options, live
 from .claims import claim_backfill, claim_manual, mark_published
@@ -107,15 +107,17 @@ def send(app: Any, claim: Claim, producer: Any = None) -> None:
 Sendable = tuple[list[Any], dict[str, Any], dict[str, Any]]
 
 
-def run_now(schedule: Schedule, app: Any | None = None) -> Claim:
-    """A manual fire (admin "run now", R19): a run with reason manual, then the message.
+def run_now(schedule: Schedule, app: Any | None = None, *, by: str = RUN_NOW_ADMIN) -> Claim:
+    """A manual fire (admin "run now", R19; ``durablebeat.api.run_now``): a run with
+    reason manual, ``by`` in its detail (``RUN_NOW_ADMIN``, ``RUN_NOW_API``), then the
+    message.
 
     The run is written first, like every fire (R3); a broker error propagates to the caller
     and leaves the run claimed, visible in the history.
     """
     app = _app(app)
     values = _code_values(app, schedule)  # computed, or refused, before any run is written
-    return _publish(claim_manual(schedule, None, clock.now()), values, app)
+    return _publish(claim_manual(schedule, None, clock.now(), by), values, app)
 
 
 def backfill_slot(schedule: Schedule, slot: dt.datetime, app: Any | None = None) -> Claim | None:

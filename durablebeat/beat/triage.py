@@ -19,6 +19,7 @@ from .. import conf, db
 from ..core import timing
 from ..core.policy import Defer, Fire, Miss, decide
 from ..enums import Kind
+from ..validation import typo_hint
 from . import dberrors
 from . import due as due_query
 from .claims import apply_defer, apply_miss
@@ -26,15 +27,6 @@ from .due import describe_row_error, due_from_row, is_row_error
 from .messages import Message, ToFire
 
 logger = logging.getLogger("durablebeat")
-
-
-def unregistered(task: str) -> str:
-    """Why a row naming a task nobody registered is set aside: said as such, never sent, so
-    never blamed on a worker that could not run it (R29)."""
-    return (
-        f"no task named {task!r} is registered in this beat's Celery app: never sent (a "
-        "typo, or a task module beat does not import)"
-    )
 
 
 _NOTHING = contextlib.nullcontext()
@@ -63,11 +55,31 @@ class Triage:
     #: the custom schedule objects of this beat's code, by schedule name (R25)
     customs: dict[str, timing.Custom] = field(default_factory=dict)
     #: the task names this beat's Celery app has registered (None: it cannot know): a row
-    #: naming another task is set aside, never sent (R20, R29)
+    #: naming another task is sent by name, as Celery's beat sends it, and said once per
+    #: schedule and boot (R29, R25); never set aside for it
     tasks: frozenset[str] | None = None
     #: schedules caught up in this boot (their next catch-up is not a boot's)
     caught_up: set[int] = field(default_factory=set)
     _said: set[tuple[int, str]] = field(default_factory=set)
+    #: the schedules whose unregistered task this boot has said (by name)
+    _said_unregistered: set[str] = field(default_factory=set)
+
+    def say_unregistered(self, name: str, task: str, where: str) -> None:
+        """R29: one line per schedule and boot: its task is not registered here, and beat
+        sends it by name all the same (a task another codebase's workers serve, or a typo
+        that ``check`` names, W007)."""
+        if self.tasks is None or task in self.tasks or name in self._said_unregistered:
+            return
+        self._said_unregistered.add(name)
+        logger.warning(
+            "unregistered task schedule=%s task=%s sent by name, as Celery's beat sends it "
+            "(%s; a worker that has not registered it either refuses it)%s",
+            name,
+            task,
+            where,
+            typo_hint(task, self.tasks),
+            extra={"event": "unregistered_task", "schedule": name, "task": task},
+        )
 
     def decide(self, rows: list[Any], now: dt.datetime, late_after: dt.timedelta) -> Decided:
         """Sort the batch. Only a database error that is not about a row stops it (R5):
@@ -84,7 +96,7 @@ class Triage:
                     wake = _earlier(wake, row.next_fire_at)
                     continue
                 if self.tasks is not None and row.task not in self.tasks:
-                    raise timing.InvalidSchedule("task", unregistered(row.task))
+                    self.say_unregistered(row.name, row.task, "not registered in this beat")
                 if row.kind == Kind.CUSTOM and row.name not in self.customs:
                     # R25: its object lives in another version of the code (a rolling
                     # deploy): left to a beat that has it, never set aside for it

@@ -164,6 +164,12 @@ class Crontab:
 Spec = Interval | Crontab | Clocked | Solar | Custom
 
 
+def zone_of(name: str) -> ZoneInfo:
+    """The IANA zone ``name``; ``InvalidSchedule`` naming the field ``timezone`` when it is
+    none (the API checks a ``timezone`` argument with it, whatever the timing)."""
+    return _zone(name)
+
+
 def _zone(name: str) -> ZoneInfo:
     if not isinstance(name, str) or not name:
         raise InvalidSchedule("timezone", f"must be an IANA time zone name, got {name!r}")

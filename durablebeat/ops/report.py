@@ -20,7 +20,7 @@ from django.db.models import Count, Q
 
 from ..beat import retention
 from ..core import timing
-from ..enums import Reason, RunState
+from ..enums import RUN_NOW_ADMIN, RUN_NOW_API, RUN_NOW_DETAILS, Reason, RunState
 from ..models import Boot, MissedSlots, Run, Schedule
 from ..words import absolute, duration_words, one_line
 
@@ -214,11 +214,12 @@ def _boot_lines(since: dt.datetime, until: dt.datetime) -> list[BootLine]:
         for b in boots
     ]
     if None in by_boot or skipped.get(None):
-        # Manual "run now" from the admin, and fires whose boot row is gone.
+        # What no boot fired: a "run now" (the admin's or the API's), a backfill, or fires
+        # whose boot row is gone, said as what it was.
         lines.append(
             BootLine(
                 None,
-                "no boot (admin run now)",
+                _no_boot_label(since, until),
                 None,
                 None,
                 False,
@@ -228,6 +229,31 @@ def _boot_lines(since: dt.datetime, until: dt.datetime) -> list[BootLine]:
             )
         )
     return lines
+
+
+#: what fired with no boot, in words, in the order the label lists them
+_NO_BOOT_WORDS = {
+    RUN_NOW_ADMIN: "run now (admin)",
+    RUN_NOW_API: "run now (API)",
+    Reason.MANUAL: "run now",
+    Reason.BACKFILL: "backfill",
+    "": "its boot row gone",
+}
+
+
+def _no_boot_label(since: dt.datetime, until: dt.datetime) -> str:
+    """The label of the fires no boot made: ``"no boot: run now (API), backfill"``. A run
+    now's detail says who asked (``RUN_NOW_DETAILS``); one that lost it (a run written by
+    an earlier release, or marked lost or no news) is "run now"."""
+    found = set()
+    kinds = fires_in(since, until).filter(boot_id__isnull=True).values_list("reason", "detail")
+    for reason, detail in kinds.order_by().distinct():
+        if reason == Reason.MANUAL:
+            found.add(detail if detail in RUN_NOW_DETAILS else Reason.MANUAL)
+        else:
+            found.add(Reason.BACKFILL if reason == Reason.BACKFILL else "")
+    said = [words for key, words in _NO_BOOT_WORDS.items() if key in found]
+    return f"no boot: {', '.join(said)}" if said else "no boot"
 
 
 def build_report(since: dt.datetime, until: dt.datetime, now: dt.datetime | None = None) -> Report:

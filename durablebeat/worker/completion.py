@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db.models import F, Q
+from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Coalesce
 
 from .. import db
@@ -34,6 +34,12 @@ STARTABLE = (
 COMPLETABLE = STARTABLE
 #: error text kept on a run
 MAX_ERROR = 4000
+#: a start or a completion clears the note of a lost or no-news run (the news overrides
+#: it) and keeps any other: a one-off's "fired late: ..." (R31), who asked for a "run now"
+#: (``report`` names an API call and an admin click apart by it)
+KEEP_DETAIL = Case(
+    When(state__in=(RunState.LOST, RunState.NO_NEWS), then=Value("")), default=F("detail")
+)
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,7 @@ def start(event: Started) -> bool:
             worker_pid=event.worker_pid,
             hard_time_limit=event.hard_time_limit,
             published_at=Coalesce(F("published_at"), event.at),
-            detail="",
+            detail=KEEP_DETAIL,
         )
     )
 
@@ -90,7 +96,7 @@ def finish(event: Finished) -> bool:
         "published_at": Coalesce(F("published_at"), event.started_at or event.at),
         "soft_time_limit_exceeded": event.soft_time_limit_exceeded,
         "error": storable(event.error)[:MAX_ERROR],
-        "detail": "",
+        "detail": KEEP_DETAIL,
     }
     with db.atomic():
         runs = Run.objects.filter(task_id=event.task_id, state__in=COMPLETABLE)

@@ -296,7 +296,7 @@ def test_an_operator_sees_each_problem_on_the_timeline_and_reaches_its_run(brows
     assert "nightly-report fired 8 times" in flagged
     bars = b.find_elements(By.CSS_SELECTOR, "g.tl-deploy")
     assert len(bars) == 9  # eight boots, and the admin's run now (no boot)
-    assert "no boot (admin run now)" in bars[-1].text
+    assert "no boot: run now" in bars[-1].text  # issue 39: it said "(admin run now)"
     shot(b, "timeline-deploys", keep=True)
 
     # The orphaned run's mark leads to that run.

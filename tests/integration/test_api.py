@@ -1,5 +1,6 @@
 """Schedules from code (R29): ``durablebeat.api``, and plain ORM writes, meet the same rules:
-every bad value refused naming its field, a task nobody registered never sent, every timing
+every bad value refused naming its field, a task name nobody registered refused as a typo
+(beat sends one that reached the table by name, test_unregistered.py), every timing
 edit honoured at the next slot of the new timing, whatever the path."""
 
 from __future__ import annotations
@@ -152,8 +153,15 @@ def test_delete_keeps_the_history_or_removes_it_as_asked(make_engine, publisher,
     assert [s.name for s in api.list_schedules()] == []
     [deleted] = api.list_schedules(include_deleted=True)
     assert (deleted.name, deleted.next_fire, deleted.enabled) == ("kept", "deleted", False)
+    # issue 39: a schedule kept, marked deleted, reads back (it raised ScheduleNotFound)
+    kept = api.get_schedule("kept")
+    assert (kept.deleted_at, kept.next_fire, kept.enabled) == (frozen, "deleted", False)
+    assert kept == deleted
+    for change in (api.pause_schedule, api.resume_schedule, api.run_now):
+        with pytest.raises(api.ScheduleNotFound):  # the calls that change one: it is gone
+            change("kept")
     with pytest.raises(api.ScheduleNotFound):
-        api.get_schedule("kept")
+        api.get_schedule("gone")
     report = build_report(frozen - H, frozen + H)
     assert "  kept (deleted): 1" in format_report(report).splitlines()  # the ledger says it
     engine.tick(frozen + 5 * 60 * S)
@@ -216,7 +224,7 @@ def test_many_at_once_created_then_replaced(make_engine, publisher, frozen):
     ("own", "field", "words"),
     [
         ({"kwargs": {1: "one"}}, "kwargs", "keys must be strings"),
-        ({"kwargs": {"note": "x\x00"}}, "args", "must be JSON values"),
+        ({"kwargs": {"note": "x\x00"}}, "kwargs", "must be JSON values"),  # was "args"
         ({"kwargs": {"blob": "x" * 70_000}}, "kwargs", "DURABLEBEAT_MAX_MESSAGE_BYTES"),
         ({"args": [object()]}, "args", "JSON"),
         ({"args": "abc"}, "args", "list or tuple"),
@@ -247,7 +255,12 @@ def test_one_bad_entry_among_many_of_one_shape_refuses_the_call_naming_it(
     [
         ({"options": {"priority": 1}}, {"options": {"priority": True}}, "priority", "bool"),
         ({"options": {"priority": 1}}, {"options": {"priority": 1.0}}, "priority", "float"),
-        ({"timezone": "Europe/Berlin"}, {"timezone": "Mars/Olympus"}, "schedule", "Mars"),
+        (
+            {"timezone": "Europe/Berlin"},
+            {"timezone": "Mars/Olympus"},
+            "timezone",
+            "Mars",
+        ),  # was "schedule"
         ({"schedule": 60}, {"schedule": 0}, "schedule", "positive"),
         ({"task": TASK}, {"task": TASK + "_typo"}, "task", "_typo"),
         ({"options": {"headers": {"x": 1}}}, {"options": {"headers": {"id": 1}}}, "headers", "id"),
@@ -394,16 +407,18 @@ def test_plain_orm_writes_refuse_a_bad_value_naming_the_field(frozen, fields, fi
 def test_a_bad_value_written_by_update_is_set_aside_with_its_reason(
     make_engine, make_schedule, publisher, frozen
 ):
-    for name in ("good", "typo", "hour"):
+    """R29 amended (issue 39): a task name beat has not registered is no bad value at fire
+    time: it is sent by name, as Celery's beat sends it (test_unregistered.py), where this
+    test set it aside before."""
+    for name in ("good", "unregistered", "hour"):
         make_schedule(name, every=60, next_fire_at=frozen)
-    Schedule.objects.filter(name="typo").update(task="billing.tasks.ghost")
+    Schedule.objects.filter(name="unregistered").update(task="billing.tasks.ghost")
     Schedule.objects.filter(name="hour").update(kind="crontab", hour="25", next_fire_at=frozen)
     make_engine().tick(frozen)
-    assert [c.schedule for c in publisher.claims] == ["good"]  # never sent, R29
-    typo = Schedule.objects.get(name="typo")
-    assert "no task named 'billing.tasks.ghost' is registered" in typo.error
+    assert [c.schedule for c in publisher.claims] == ["good", "unregistered"]
+    assert Schedule.objects.get(name="unregistered").error == ""
     assert "hour" in Schedule.objects.get(name="hour").error
-    assert not Run.objects.filter(schedule__name__in=["typo", "hour"]).exists()  # no one blamed
+    assert not Run.objects.filter(schedule__name="hour").exists()  # no one blamed
 
 
 # --- every timing edit takes effect at the next slot of the new timing (R29) --------------
@@ -470,3 +485,89 @@ def test_a_timing_edit_never_fires_the_old_slot(
     for minute in range(0, 4 * 60, 5):  # 06:00 .. 10:00 Berlin, a tick every 5 minutes
         engine.tick(morning + minute * 60 * S)
     assert publisher.slots() == [morning.replace(hour=8)]  # 09:00 Berlin
+
+
+# --- a one-off whose instant passed (R31, issue 39) ----------------------------------------
+
+
+def test_a_one_off_past_the_late_window_is_refused_naming_the_field_and_by_how_much(frozen):
+    past = frozen - 2 * H
+    for write in (
+        lambda: api.add_schedule("late", TASK, past),
+        lambda: api.add_schedules({"ok": digest(), "late": {"task": TASK, "schedule": past}}),
+    ):
+        with pytest.raises(api.InvalidSchedule) as refused:
+            write()
+        assert refused.value.field == "schedule"
+        message = str(refused.value)
+        assert "passed 2 h ago" in message and "ONE_OFF_LATE_WINDOW (1 h)" in message
+        assert "'late'" in message
+    assert not Schedule.objects.exists()
+    api.add_schedule("late", TASK, frozen + H)
+    with pytest.raises(api.InvalidSchedule) as refused:
+        api.update_schedule("late", schedule=past)
+    assert refused.value.field == "schedule" and "'late'" in str(refused.value)
+    assert Schedule.objects.get().clocked_at == frozen + H
+
+
+def test_a_one_off_within_the_late_window_is_sent_at_once_saying_why(
+    frozen, make_engine, publisher, time_machine
+):
+    """A one-off for "now" is a few ms past when written: taken, and sent at the next look
+    as scheduled; one written 20 minutes after its instant is sent at once too, its run
+    saying so (never "no beat could fire it" while a beat ran: issue 39)."""
+    engine = make_engine()
+    engine.tick(frozen)  # a beat is running
+    api.add_schedule("now", TASK, frozen - dt.timedelta(milliseconds=10))
+    api.add_schedule("earlier", TASK, frozen - 20 * 60 * S)
+    engine.tick(frozen + S)
+    assert sorted(c.schedule for c in publisher.claims) == ["earlier", "now"]
+    runs = {r.schedule.name: r for r in Run.objects.select_related("schedule")}
+    assert runs["now"].detail == ""  # on time
+    assert runs["earlier"].detail.startswith(
+        "fired late: the one-off was made 20 min after its instant"
+    )
+    time_machine.move_to(frozen + 2 * H, tick=False)
+    api.add_schedule("earlier", TASK, frozen - 20 * 60 * S)  # a retry: the same, not refused
+
+
+# --- one field per mistake, whatever the call; every message names the schedule (issue 39) --
+
+
+CALLS: dict[str, Callable[..., Any]] = {
+    "add_schedule": lambda **kw: api.add_schedule(
+        "s", kw.pop("task", TASK), kw.pop("schedule", crontab(minute=0, hour=8)), **kw
+    ),
+    "add_schedules": lambda **kw: api.add_schedules(
+        {"s": {"task": TASK, "schedule": crontab(minute=0, hour=8)} | kw}
+    ),
+    "update_schedule": lambda **kw: api.update_schedule("s", **kw),
+}
+
+
+@pytest.mark.parametrize("call", list(CALLS))
+@pytest.mark.parametrize(
+    ("mistake", "field"),
+    [
+        ({"timezone": "Mars/Olympus"}, "timezone"),
+        ({"timezone": "Mars/Olympus", "schedule": 60}, "timezone"),  # ignored by the timing
+        ({"timezone": 5}, "timezone"),
+        ({"kwargs": {"at": object()}}, "kwargs"),
+        ({"args": [object()]}, "args"),
+        ({"task": "tests.e2eapp.tasks.recrod"}, "task"),
+        ({"schedule": 0}, "schedule"),
+    ],
+)
+def test_one_field_per_mistake_whatever_the_call(frozen, call, mistake, field):
+    api.add_schedules({"s": {"task": TASK, "schedule": crontab(minute=0, hour=9)}})
+    with pytest.raises(api.InvalidSchedule) as refused:
+        CALLS[call](**dict(mistake))
+    assert refused.value.field == field
+    assert "(schedule 's')" in str(refused.value)
+
+
+def test_delete_refuses_an_unknown_history_naming_the_schedule(frozen):
+    api.add_schedule("s", TASK, 60)
+    with pytest.raises(api.InvalidSchedule) as refused:
+        api.delete_schedule("s", history="yes")  # type: ignore[arg-type]
+    assert refused.value.field == "history" and "(schedule 's')" in str(refused.value)

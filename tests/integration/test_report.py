@@ -233,3 +233,33 @@ def test_status_is_a_table_like_the_admin_list(make_schedule, make_boot, t0, tim
     assert "overdue 3 h" in starved and "for 7 h" in starved
     assert "disabled" in next(ln for ln in lines if ln.startswith("off"))
     assert "beat alive: pod-1:4242 (up 1 h)" in out
+
+
+def test_report_names_a_run_now_by_who_asked_through_its_start_and_finish(
+    make_schedule, make_run, monkeypatch, t0, time_machine
+):
+    """Issue 39: ``api.run_now`` read "no boot (admin run now)". A run now's detail says who
+    asked, kept when the worker starts and finishes it; a backfill is said as one."""
+    from durablebeat import api
+    from durablebeat.beat import publishing
+    from durablebeat.worker import completion
+
+    time_machine.move_to(t0 - H, tick=False)
+    monkeypatch.setattr(publishing, "send", lambda app, claim, producer=None: None)
+    job = make_schedule("job", every=600)
+    task_id = api.run_now("job")
+    assert Run.objects.get(task_id=task_id).detail == "run now (API)"
+    assert completion.start(completion.Started(task_id, t0 - H, "w@h", 1, None))
+    assert completion.finish(completion.Finished(task_id, t0 - H + S, True))
+    assert Run.objects.get(task_id=task_id).detail == "run now (API)"  # kept, not cleared
+    built = report.build_report(*window(t0))
+    [line] = [b for b in built.boots if b.id is None]
+    assert line.label == "no boot: run now (API)"
+    time_machine.move_to(t0 - H + 5 * S, tick=False)
+    publishing.run_now(job)  # the admin's action calls this
+    make_run(job, t0 - 3 * H, reason=Reason.BACKFILL)
+    labels = [b.label for b in report.build_report(*window(t0)).boots if b.id is None]
+    assert labels == ["no boot: run now (admin), run now (API), backfill"]
+    assert "no boot: run now (admin), run now (API), backfill:" in report.format_report(
+        report.build_report(*window(t0))
+    )

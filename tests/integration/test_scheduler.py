@@ -127,17 +127,43 @@ def test_a_bad_beat_schedule_entry_is_e003_naming_it(monkeypatch):
     assert "broken-digest" in found[0].msg and "catchup" in found[0].msg
 
 
-def test_a_task_name_typo_in_beat_schedule_is_e003_naming_the_entry(monkeypatch):
-    """R29: the typo beat would refuse at boot, said by ``manage.py check`` first."""
+def test_an_unregistered_task_in_beat_schedule_is_w007_with_the_likely_typo(monkeypatch):
+    """R29 amended: beat sends a task it has not registered by name, as Celery's beat does,
+    so ``manage.py check`` warns (W007) rather than errs (an Error stops ``migrate``); the
+    registered name it is closest to is named as a likely typo. (Was E003 before issue 39.)"""
     entries = {
         "good": {"task": "tests.e2eapp.tasks.record", "schedule": 60},
         "typo": {"task": "tests.e2eapp.tasks.recrod", "schedule": 60},
+        "elsewhere": {"task": "billing.invoices.send_all", "schedule": 60},
     }
     monkeypatch.setitem(app.conf, "beat_schedule", entries)
     found = db_checks.check_code_schedules()
-    assert _ids(found) == ["durablebeat.E003"]
-    assert "beat_schedule['typo']" in found[0].msg
-    assert "'tests.e2eapp.tasks.recrod'" in found[0].msg
+    assert _ids(found) == ["durablebeat.W007", "durablebeat.W007"]
+    assert all(m.level == checks.WARNING for m in found)
+    typo, elsewhere = found
+    assert "beat_schedule['typo']" in typo.msg
+    assert "'tests.e2eapp.tasks.recrod'" in typo.msg
+    assert "likely typo: did you mean 'tests.e2eapp.tasks.record'?" in typo.msg
+    assert "beat sends it by name" in elsewhere.msg and "typo" not in elsewhere.msg
+
+
+def test_an_unregistered_task_in_beat_schedule_never_stops_migrate(monkeypatch):
+    """Issue 39: Django stops ``migrate`` and ``runserver`` on any Error of the check
+    framework; an entry whose task this process has not registered raises none."""
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    monkeypatch.setitem(
+        app.conf,
+        "beat_schedule",
+        {"cleanup": {"task": "shop.tasks.cleanup", "schedule": crontab(minute=0, hour=3)}},
+    )
+    call_command("check", fail_level="ERROR")  # what migrate and runserver run
+    monkeypatch.setitem(
+        app.conf, "beat_schedule", {"broken": {"task": "shop.tasks.cleanup", "schedule": -5}}
+    )
+    with pytest.raises(SystemCheckError, match=r"durablebeat\.E003"):  # malformed: still one
+        call_command("check", fail_level="ERROR")
 
 
 @pytest.mark.django_db(transaction=True)

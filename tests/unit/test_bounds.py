@@ -203,6 +203,9 @@ def test_the_ranges_keep_all_date_arithmetic_finite():
         ("MAX_MESSAGE_BYTES", 10**12),
         ("DEPLOY_GRACE", -1),
         ("DEPLOY_GRACE", dt.timedelta(days=2)),
+        ("EXTERNAL_TASKS", "billing.*"),  # a string is not a list of names (R29)
+        ("EXTERNAL_TASKS", ["billing.*", ""]),
+        ("EXTERNAL_TASKS", ["billing\n*"]),
     ],
 )
 def test_a_bad_setting_is_refused_on_access_and_by_e002_naming_it(settings, name, value):
