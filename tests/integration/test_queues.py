@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from django.db import connection, transaction
+from django.db import connection
 from kombu import Queue
 
 from durablebeat.enums import RunState
@@ -343,26 +343,23 @@ def test_the_waiting_runs_are_read_from_the_runs_state_index(make_schedule, make
         for k in range(1, 2000)
     )
     make_run(jobs[0], t0 - 61 * S, state=RunState.PUBLISHED, published_at=t0 - MIN)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
+    if connection.vendor != "mysql":  # MySQL's ANALYZE TABLE commits the test's rows
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
     for state in queues.WAITING:
         plan = _plan(queues.waiting_query(state, t0, t0 - MIN))
-        if connection.vendor == "postgresql":
-            assert "Index Scan Backward using durablebeat_run_state_idx" in plan, plan
-            assert plan.startswith("Limit") and "Sort" not in plan, plan
-        else:
-            assert "durablebeat_run_state_idx" in plan, plan
+        # the state's range of (state, claimed_at), or PostgreSQL's partial index of the
+        # runs in flight: never the day's runs by claimed_at, never the whole table
+        if connection.vendor == "mysql":  # the key chosen, after the possible ones
+            plan = plan.split()[5]
+        assert "durablebeat_run_state_idx" in plan or "durablebeat_run_inflight_idx" in plan
+        assert "durablebeat_run_claimed_idx" not in plan, plan
+        assert "Seq Scan on durablebeat_run " not in plan, plan
     assert len(queues.waiting_runs(t0, t0 - MIN)) == 1
 
 
 def _plan(queryset: Any) -> str:
-    sql, params = queryset.query.sql_with_params()
-    with transaction.atomic(), connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
-            cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
-            return " ".join(str(row[-1]) for row in cursor.fetchall())
-        cursor.execute("EXPLAIN " + sql, params)
-        return "\n".join(row[0] for row in cursor.fetchall())
+    return str(queryset.explain())
 
 
 def test_nothing_waiting_asks_the_broker_nothing(monkeypatch, digest, make_run, real_queue, t0):
