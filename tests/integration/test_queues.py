@@ -374,3 +374,10 @@ def test_nothing_waiting_asks_the_broker_nothing(monkeypatch, digest, make_run, 
     make_run(digest, t0 - 2 * MIN, published_at=t0 - 2 * MIN, started_at=t0 - 2 * MIN)
     waiting_run(make_run, digest, real_queue, t0 - 10 * S)  # younger than the interval
     assert found(t0) == []
+
+
+def test_the_admin_shows_each_workers_queues(admin_client, t0):
+    worker(t0, "celery\nmail")
+    worker(t0, None, name="old@host")
+    page = admin_client.get("/admin/durablebeat/workerheartbeat/").content.decode()
+    assert "celery, mail" in page and "not recorded" in page
