@@ -699,6 +699,10 @@ class WorkerHeartbeat(models.Model):
     seen_at = models.DateTimeField()
     #: R26: the database's clock minus this host's, in seconds, as last measured
     clock_offset_seconds = models.FloatField(null=True, blank=True)
+    #: the queues the worker consumes, one name a line, as of its last liveness write;
+    #: ``check``'s ``unconsumed_queue`` reads it. NULL: not recorded (a worker of a release
+    #: before 0020, R32), which says nothing about its queues
+    queues = models.TextField(null=True, blank=True)  # noqa: DJ001
 
     objects = DurableManager["WorkerHeartbeat"]()
 

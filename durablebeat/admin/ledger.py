@@ -349,9 +349,17 @@ class IncidentAdmin(ReadOnlyAdmin):
 
 @admin.register(WorkerHeartbeat)
 class WorkerHeartbeatAdmin(ReadOnlyAdmin):
-    list_display = ("worker", "pid", "seen_at_shown", "clock_offset")
+    list_display = ("worker", "pid", "seen_at_shown", "clock_offset", "queues_shown")
 
     @admin.display(description="clock offset", ordering="clock_offset_seconds")
     def clock_offset(self, obj: WorkerHeartbeat) -> str:
         """R26: the database's clock minus the worker host's, as last measured."""
         return words.offset_words(obj.clock_offset_seconds)
+
+    @admin.display(description="queues")
+    def queues_shown(self, obj: WorkerHeartbeat) -> str:
+        """The queues it consumes (check's unconsumed_queue); a release before 0020 says
+        none."""
+        if obj.queues is None:
+            return "not recorded"
+        return ", ".join(obj.queues.splitlines())

@@ -33,6 +33,7 @@ SEVERITIES = {
     "lost_runs": Severity.WARNING,
     "unresolved_runs": Severity.WARNING,
     "no_news": Severity.WARNING,
+    "unconsumed_queue": Severity.WARNING,
     "untracked_worker": Severity.WARNING,
     "unpublishable": Severity.WARNING,
     "no_success": Severity.WARNING,

@@ -32,6 +32,7 @@ from .findings import SEVERITIES as SEVERITIES
 from .findings import Finding as Finding
 from .findings import Severity as Severity
 from .findings import active_schedules, each_row
+from .queues import find_unconsumed_queues
 from .run_findings import (
     find_lost,
     find_no_news,
@@ -183,6 +184,7 @@ FINDERS: tuple[Callable[[dt.datetime], list[Finding]], ...] = (
     find_lost,
     find_unresolved,
     find_no_news,
+    find_unconsumed_queues,
     find_untracked,
     find_unpublishable,
     find_no_success,

@@ -286,21 +286,43 @@ def _unwatch_soft_limit(tracked: _Tracked) -> None:
 
 
 def write_worker_heartbeat(
-    worker: str, pid: int, now: Any, clock_offset: float | None = None
+    worker: str,
+    pid: int,
+    now: Any,
+    clock_offset: float | None = None,
+    queues: list[str] | None = None,
 ) -> None:
-    """The liveness row (R15), with this host's offset to the database's clock (R26)."""
+    """The liveness row (R15), with this host's offset to the database's clock (R26) and
+    the queues it consumes (``check``'s ``unconsumed_queue``; None: not known, left as is)."""
     defaults: dict[str, Any] = {"seen_at": now}
     if clock_offset is not None:
         defaults["clock_offset_seconds"] = clock_offset
+    if queues is not None:
+        defaults["queues"] = "\n".join(sorted(set(queues)))
     WorkerHeartbeat.objects.update_or_create(worker=worker[:255], pid=pid, defaults=defaults)
+
+
+def consumed_queues(consumer: Any) -> list[str] | None:
+    """The names of the queues a worker's consumer takes messages from now: its task
+    consumer's (``-Q``, and what ``add_consumer``/``cancel_consumer`` changed since), else
+    the app's ``consume_from``. None when the consumer does not say (never a guess)."""
+    try:
+        task_consumer = getattr(consumer, "task_consumer", None)
+        queues = getattr(task_consumer, "queues", None)
+        if queues is None:
+            queues = consumer.app.amqp.queues.consume_from.values()
+        return [str(q.name) for q in queues if getattr(q, "name", None)]
+    except Exception:  # a consumer of another shape: the row says "not recorded"
+        logger.debug("could not read the worker's queues", exc_info=True)
+        return None
 
 
 class _Heartbeat(threading.Thread):
     """Writes the worker's liveness row every ``WORKER_HEARTBEAT_INTERVAL``."""
 
-    def __init__(self, worker: str, pid: int) -> None:
+    def __init__(self, worker: str, pid: int, consumer: Any = None) -> None:
         super().__init__(name="durablebeat-heartbeat", daemon=True)
-        self.worker, self.pid = worker, pid
+        self.worker, self.pid, self.consumer = worker, pid, consumer
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -316,17 +338,20 @@ class _Heartbeat(threading.Thread):
 
     def _write(self) -> None:
         offset = dbclock.sync()  # R26: measured with each liveness write; never raises
-        write_worker_heartbeat(self.worker, self.pid, clock.now(), offset)
+        queues = None if self.consumer is None else consumed_queues(self.consumer)
+        write_worker_heartbeat(self.worker, self.pid, clock.now(), offset, queues)
 
 
 _heartbeat: _Heartbeat | None = None
 
 
 def on_worker_ready(sender: Any = None, **_: Any) -> None:
+    """The worker consumes: its liveness row from now on, with its queues (``sender`` is
+    the worker's consumer)."""
     global _heartbeat
     hostname = str(getattr(sender, "hostname", "") or "")
     if _heartbeat is None and hostname:
-        _heartbeat = _Heartbeat(hostname, os.getpid())
+        _heartbeat = _Heartbeat(hostname, os.getpid(), sender)
         _heartbeat.start()
 
 

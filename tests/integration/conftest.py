@@ -76,3 +76,42 @@ def created_at() -> Callable[..., None]:
         schedule.refresh_from_db()
 
     return set_
+
+
+class RealQueue:
+    """A queue of one test's own on a real broker: ``send()`` puts a real message of a task
+    in it (a task id of its own, or the one given) through a Celery app, as beat does."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.name = f"mail-{uuid.uuid4().hex[:10]}"
+
+    def send(self, task_id: str | None = None, queue: str | None = None, **options: Any) -> str:
+        task_id = task_id or str(uuid.uuid4())
+        if queue is None and "routing_key" not in options:
+            options["queue"] = self.name
+        elif queue:
+            options["queue"] = queue
+        self.app.send_task("tests.e2eapp.tasks.record", task_id=task_id, **options)
+        return task_id
+
+
+@pytest.fixture
+def real_queue() -> Any:
+    """A queue of this test's own on the test run's Redis broker (its database:
+    ``DURABLEBEAT_TEST_REDIS_DB``), through the project's Celery app; its keys and bindings
+    are gone after the test, so that no other test finds its messages."""
+    import redis
+    from django.conf import settings
+
+    from project.celery import app
+
+    queue = RealQueue(app)
+    yield queue
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    for key in client.scan_iter(f"*{queue.name}*"):
+        client.delete(key)
+    for key in client.scan_iter("_kombu.binding.*"):
+        for member in client.smembers(key):
+            if queue.name.encode() in member:
+                client.srem(key, member)

@@ -16,8 +16,8 @@ from django.test import override_settings
 from durablebeat.beat.claims import UNPUBLISHABLE
 from durablebeat.enums import Failure, RunState
 from durablebeat.management.commands.durablebeat import Command as DurablebeatCommand
-from durablebeat.models import Boot, Schedule
-from durablebeat.ops import health, run_findings
+from durablebeat.models import Boot, Schedule, WorkerHeartbeat
+from durablebeat.ops import health, queues, run_findings
 from durablebeat.worker import completion
 
 pytestmark = pytest.mark.django_db
@@ -565,8 +565,51 @@ def test_check_refuses_an_unknown_code():
         run_check("--only", "no_beat,nope")
 
 
+# --- a queue nobody consumes (issue 39 item 5) -----------------------------------------------
+
+
+def test_a_queue_no_worker_consumes_is_a_warning_naming_it_and_the_fix(
+    healthy, make_schedule, make_run, created_at, real_queue, t0, time_machine
+):
+    """Issue 39: docs/from-code.md's digest sends to queue ``mail``; the README's worker
+    consumes only ``celery``. Its message waits in the real Redis broker, and check says so
+    45 s after the send, not only once the no-news bound (2 min) has passed."""
+    digest = make_schedule("digest-acme", every=3600, queue=real_queue.name, next_fire_at=t0 + H)
+    created_at(digest, t0 - 2 * H)
+    sent = t0 - 45 * S
+    task_id = real_queue.send()
+    make_run(digest, sent, state=RunState.PUBLISHED, published_at=sent, task_id=task_id)
+    WorkerHeartbeat.objects.create(worker="celery@web", pid=7, seen_at=t0 - 5 * S, queues="celery")
+    [finding] = health.findings(t0)
+    assert (finding.code, finding.severity) == ("unconsumed_queue", health.Severity.WARNING)
+    assert f"queue '{real_queue.name}': 1 message(s) waiting" in finding.message
+    assert "(digest-acme)" in finding.message and "the oldest 45 s ago" in finding.message
+    assert "2026-03-02 11:59:15 UTC" in finding.message
+    assert "no live worker consumes it (they consume celery)" in finding.message
+    assert f"celery -A project worker -Q {real_queue.name})" in finding.message
+    assert f"-Q celery,{real_queue.name}" in finding.message
+    time_machine.move_to(t0, tick=False)
+    code, out = run_check("--only", "unconsumed_queue")
+    assert code == 1 and out.startswith("WARNING unconsumed_queue: ")
+
+
+def test_a_queue_a_live_worker_consumes_is_silent_on_the_healthy_fixture(
+    healthy, make_run, real_queue, t0
+):
+    """The healthy fixture, with a run of its own waiting in a queue a live worker lists."""
+    healthy.queue = real_queue.name
+    healthy.save()
+    sent = t0 - 45 * S
+    task_id = real_queue.send()
+    make_run(healthy, sent, state=RunState.PUBLISHED, published_at=sent, task_id=task_id)
+    queues_ = f"celery\n{real_queue.name}"
+    WorkerHeartbeat.objects.create(worker="celery@web", pid=7, seen_at=t0 - 5 * S, queues=queues_)
+    assert queues.find_unconsumed_queues(t0) == []
+    assert codes(t0) == []
+
+
 def test_every_finding_at_once_each_with_its_documented_severity(
-    make_boot, make_schedule, make_run, created_at, t0
+    make_boot, make_schedule, make_run, created_at, real_queue, t0
 ):
     """Everything broken at once: one line each, severities as SEVERITIES documents them."""
     stale = make_boot(started_at=t0 - 5 * H, heartbeat_at=t0 - 3 * H)
@@ -586,6 +629,10 @@ def test_every_finding_at_once_each_with_its_documented_severity(
         failure=Failure.UNPUBLISHABLE,
     )
     make_run(starved, t0 - 40 * MIN, finished_at=t0 - 30 * MIN, detail=completion.UNTRACKED)
+    mail = make_schedule("mail", every=3600, queue=real_queue.name, next_fire_at=t0 + H)
+    make_run(
+        mail, t0 - MIN, state=RunState.PUBLISHED, published_at=t0 - MIN, task_id=real_queue.send()
+    )
     broken = make_schedule("broken", every=60)
     Schedule.objects.filter(pk=broken.pk).update(error="every: bad")
     from durablebeat.beat import dberrors

@@ -142,6 +142,7 @@ def test_check_findings_are_exported(situation, t0):
         "lost_runs": 1,
         "unresolved_runs": 0,
         "no_news": 0,
+        "unconsumed_queue": 0,
         "untracked_worker": 0,
         "unpublishable": 0,
         "no_success": 0,
