@@ -452,6 +452,26 @@ class Schedule(models.Model):
             PartialIndex(
                 fields=["source"], where=Q(source=Source.CODE), name="durablebeat_code_idx"
             ),
+            # check's stuck finding and the admin's stuck filter read the few stuck rows,
+            # not every schedule (R33; a whole column on MariaDB/MySQL, see PartialIndex)
+            PartialIndex(
+                fields=["stuck_since"],
+                where=Q(stuck_since__isnull=False),
+                name="durablebeat_stuck_idx",
+            ),
+            # check's bad_row finding and the admin's bad-row filter: the few rows beat set
+            # aside (R21, R33). PostgreSQL only, as durablebeat_run_inflight_idx: SQLite's
+            # planner ignores it (Django binds the '' as a parameter); elsewhere the small
+            # ``enabled`` column is indexed in its place.
+            PartialIndex(
+                fields=["enabled"],
+                where=~Q(error=""),
+                vendors=("postgresql",),
+                name="durablebeat_set_aside_idx",
+            ),
+            # status's failing part and the admin's outcome filter: the rows of one last
+            # outcome, not every schedule (R33); changed only when a row's outcome changes
+            models.Index(fields=["last_outcome"], name="durablebeat_outcome_idx"),
         ]
 
     def __str__(self) -> str:

@@ -4,13 +4,15 @@ news, not sendable, and schedules with no success over their last periods."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 from django.apps import apps
 from django.db import DatabaseError, router
-from django.db.models import Count, Exists, Max, Min, OuterRef, Q, QuerySet
+from django.db.models import Case, Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, When
 from django.db.models.functions import Coalesce
 
 from .. import conf, db
@@ -20,7 +22,14 @@ from ..enums import UNTRACKED, Failure, Kind, RunState
 from ..models import TIMING_FIELDS, Run, Schedule
 from ..words import ago
 from . import coverage
-from .findings import Finding, active_schedules, unreadable_row
+from .findings import (
+    SHOWN,
+    Finding,
+    active_schedules,
+    count_words,
+    counted,
+    unreadable_row,
+)
 
 # --- runs ---------------------------------------------------------------------------------
 
@@ -279,6 +288,32 @@ def _bound_or_error(
         return exc
 
 
+#: what rows share for ``find_no_success``: the timing and the startup grace
+_GROUP_FIELDS = (*TIMING_FIELDS, "startup_grace")
+
+
+def _same(group: dict[str, Any]) -> Q:
+    """The rows of one group (``_GROUP_FIELDS`` as ``group`` has them, NULL as NULL)."""
+    return Q(
+        **{
+            (f"{field}__isnull" if group[field] is None else field): (
+                True if group[field] is None else group[field]
+            )
+            for field in _GROUP_FIELDS
+        }
+    )
+
+
+def _counted_before(bound: dt.datetime, grace: dt.timedelta) -> Q:
+    """Rows whose periods are counted from before ``bound``: from the last success, or,
+    never having succeeded, from creation plus the grace, and never from before they were
+    last enabled again, plus the grace (``_periods_start`` in SQL)."""
+    start = clock.before(bound, grace)
+    return (
+        Q(last_completed_at__lt=bound) | Q(last_completed_at__isnull=True, created_at__lt=start)
+    ) & (Q(enabled_at__isnull=True) | Q(enabled_at__lt=start))
+
+
 def _periods_start(
     completed: dt.datetime | None,
     created: dt.datetime,
@@ -303,48 +338,49 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
     that fails every time, and one whose next fire keeps moving away (the
     restart-starvation story) although nothing looks overdue.
 
-    The schedule math runs once per distinct timing, not per row: with one schedule per
-    tenant, 100,000 rows share a handful of timings (benchmarks/check_cost.py).
+    The schedule math runs once per distinct timing, not per row, and the rows are not read
+    one by one (R33): one grouped query gives each (timing, grace) and the earliest its
+    rows count from; a group whose earliest is not before its bound has no failing row and
+    costs nothing more, and the failing rows of the others are read by one query, the first
+    ``SHOWN`` by name, the rest counted. With one schedule per customer, a million rows
+    share a few hundred timings (benchmarks/check_cost.py, benchmarks/million_reads.py).
     """
     s = conf.settings
     periods = s.NO_SUCCESS_PERIODS
     until = now - s.OVERDUE_TOLERANCE
     alive = coverage.lifetimes(now, s.HEARTBEAT_STALE_AFTER)
-    bounds: dict[tuple[Any, ...], dt.datetime | Exception | None] = {}
-    failing: list[int] = []
-    findings = []
-    rows = (
-        active_schedules()
-        .exclude(kind=Kind.CLOCKED)
-        .values_list(
-            "pk",
-            "name",
-            "last_completed_at",
-            "created_at",
-            "enabled_at",
-            "startup_grace",
-            *TIMING_FIELDS,
+    rows = active_schedules().exclude(kind=Kind.CLOCKED)
+    groups = (
+        rows.values(*_GROUP_FIELDS)
+        .annotate(
+            done=Min("last_completed_at"),
+            new=Min(Case(When(last_completed_at__isnull=True, then=F("created_at")))),
         )
+        .order_by()
     )
-    for pk, name, completed, created, enabled, grace, *timing_values in rows.iterator(
-        chunk_size=5000
-    ):
-        grace = grace or s.STARTUP_GRACE
-        key = (*timing_values, grace)
-        if key not in bounds:
-            covered = coverage.after_grace(alive, grace)
-            bounds[key] = _bound_or_error(tuple(timing_values), until, periods, covered)
-        bound = bounds[key]
+    findings: list[Finding] = []
+    failing: list[Q] = []
+    for group in groups:
+        grace = group["startup_grace"] or s.STARTUP_GRACE
+        starts = [group["done"], group["new"] and clock.shift(group["new"], grace)]
+        earliest = min((at for at in starts if at is not None), default=None)
+        covered = coverage.after_grace(alive, grace)
+        timing_values = tuple(group[f] for f in TIMING_FIELDS)
+        bound = _bound_or_error(timing_values, until, periods, covered)
         if isinstance(bound, Exception):
-            findings.append(unreadable_row(name, "its no-success bound", bound))
+            named = rows.filter(_same(group)).order_by("name").values_list("name", flat=True)
+            findings += [
+                unreadable_row(name, "its no-success bound", bound) for name in named[:SHOWN]
+            ]
             continue
-        since = _periods_start(completed, created, enabled, grace)
-        if bound is not None and since < bound:
-            failing.append(pk)
-    failing_rows = itertools.chain.from_iterable(
-        Schedule.objects.filter(pk__in=failing[i : i + 500]) for i in range(0, len(failing), 500)
-    )
-    for row in sorted(failing_rows, key=lambda r: r.name):
+        if bound is None or earliest is None or earliest >= bound:
+            continue  # every row of the group counts from its bound or later
+        failing.append(_same(group) & _counted_before(bound, grace))
+    if not failing:
+        return findings
+    failing_rows = rows.filter(functools.reduce(operator.or_, failing)).order_by("name")
+    shown = list(failing_rows[:SHOWN])
+    for row in shown:
         if row.last_completed_at is None:
             detail = f"never succeeded since it was created {ago(row.created_at, now)} ago"
         else:
@@ -356,6 +392,14 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
                 "no_success",
                 f"{row.name}: no successful run over its last {periods} periods ({detail})",
                 row.name,
+            )
+        )
+    if len(shown) == SHOWN and (rest := counted(failing_rows, SHOWN)):
+        findings.append(
+            Finding(
+                "no_success",
+                f"and {count_words(rest)} more schedules with no successful run over their "
+                f"last {periods} periods",
             )
         )
     return findings
