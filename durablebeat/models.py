@@ -459,15 +459,15 @@ class Schedule(models.Model):
                 where=Q(stuck_since__isnull=False),
                 name="durablebeat_stuck_idx",
             ),
-            # check's bad_row finding and the admin's bad-row filter: the few rows beat set
-            # aside (R21, R33). PostgreSQL only, as durablebeat_run_inflight_idx: SQLite's
-            # planner ignores it (Django binds the '' as a parameter); elsewhere the small
-            # ``enabled`` column is indexed in its place.
+            # the few rows paused or set aside (R21, R33): check's bad_row finding, status's
+            # set-aside part, the admin's bad-row and disabled filters. PostgreSQL only, as
+            # durablebeat_run_inflight_idx: SQLite's planner ignores it (Django binds the ''
+            # as a parameter); elsewhere the small ``enabled`` column is indexed in its place.
             PartialIndex(
                 fields=["enabled"],
-                where=~Q(error=""),
+                where=Q(enabled=False) | ~Q(error=""),
                 vendors=("postgresql",),
-                name="durablebeat_set_aside_idx",
+                name="durablebeat_paused_or_bad_idx",
             ),
             # status's failing part and the admin's outcome filter: the rows of one last
             # outcome, not every schedule (R33); changed only when a row's outcome changes

@@ -3,9 +3,10 @@ filters read the rows they show, not every schedule (R33, issue 36 item 4):
 
 - ``durablebeat_stuck_idx``: ``stuck_since`` of the stuck rows (check's ``stuck``, the
   admin's stuck filter); the whole column on MariaDB/MySQL (``PartialIndex``).
-- ``durablebeat_set_aside_idx``: the rows beat set aside, ``WHERE NOT error = ''``
-  (check's ``bad_row``, the admin's bad-row filter); on PostgreSQL only, the whole
-  ``enabled`` column elsewhere (``PartialIndex``'s ``vendors``, as 0017).
+- ``durablebeat_paused_or_bad_idx``: the rows paused or set aside, ``WHERE NOT enabled OR
+  NOT error = ''`` (check's ``bad_row``, status's set-aside part, the admin's bad-row and
+  disabled filters); on PostgreSQL only, the whole ``enabled`` column elsewhere
+  (``PartialIndex``'s ``vendors``, as 0017).
 - ``durablebeat_outcome_idx``: ``last_outcome`` (status's failing part, the admin's
   outcome filter). A completion that leaves the outcome as it was writes no index entry.
 - on PostgreSQL, ``durablebeat_name_upper_idx``: ``UPPER(name) text_pattern_ops``, the
@@ -33,8 +34,8 @@ NEW = (
     ),
     durablebeat.models.PartialIndex(
         fields=["enabled"],
-        name="durablebeat_set_aside_idx",
-        where=~models.Q(("error", "")),
+        name="durablebeat_paused_or_bad_idx",
+        where=models.Q(("enabled", False)) | ~models.Q(("error", "")),
         vendors=("postgresql",),
     ),
     models.Index(fields=["last_outcome"], name="durablebeat_outcome_idx"),

@@ -140,7 +140,7 @@ def find_stuck(now: dt.datetime) -> list[Finding]:
 
 
 def find_bad_rows(now: dt.datetime) -> list[Finding]:
-    # durablebeat_set_aside_idx on PostgreSQL: the rows set aside, not every row (R33)
+    # durablebeat_paused_or_bad_idx on PostgreSQL: the rows set aside, not every row (R33)
     rows = Schedule.objects.filter(enabled=True).exclude(error="").order_by("name")
     return each_shown(
         rows,

@@ -71,7 +71,7 @@ def attention(now: dt.datetime) -> list[Part]:
         Part(
             "set_aside",
             "set aside (beat cannot use the row)",
-            # durablebeat_set_aside_idx
+            # durablebeat_paused_or_bad_idx
             Schedule.objects.filter(enabled=True).exclude(error="").order_by("name"),
         ),
     ]
