@@ -329,7 +329,7 @@ def _periods_start(
     return since
 
 
-def _hashed(groups: Any) -> list[dict[str, Any]]:
+def hashed(groups: Any) -> list[dict[str, Any]]:
     """``groups`` (a grouped query) read. On PostgreSQL, hashed: its planner counts a group
     per few rows for the mostly-NULL timing columns and sorts a million rows on disk
     (1.9 s at a million schedules) where a hash of the few hundred groups takes 0.4 s
@@ -386,7 +386,7 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
     findings: list[Finding] = []
     failing: list[Q] = []
     bounds: dict[tuple[Any, ...], dt.datetime | Exception | None] = {}
-    for group in _hashed(groups):
+    for group in hashed(groups):
         grace = group["startup_grace"] or s.STARTUP_GRACE
         starts = [group["done"], group["new"] and clock.shift(group["new"], grace)]
         earliest = min((at for at in starts if at is not None), default=None)
