@@ -127,14 +127,16 @@ SHOWN = 100
 COUNTED = 10_000
 
 
-def count_words(n: int, counted: int = COUNTED) -> str:
-    """``n`` counted up to ``counted``: "1,234", or "more than 10,000" at the cap."""
-    return f"more than {counted:,}" if n >= counted else f"{n:,}"
+def count_words(n: int, cap: int | None = None) -> str:
+    """``n`` counted up to ``cap`` (``COUNTED``): "1,234", or "more than 10,000" at it."""
+    cap = COUNTED if cap is None else cap
+    return f"more than {cap:,}" if n >= cap else f"{n:,}"
 
 
-def counted(rows: Any, skip: int = 0, cap: int = COUNTED) -> int:
-    """How many of ``rows`` come after the first ``skip``, counted to ``cap`` at most (a
-    ``COUNT`` over a ``LIMIT``: it reads ``skip + cap`` index entries at most)."""
+def counted(rows: Any, skip: int = 0, cap: int | None = None) -> int:
+    """How many of ``rows`` come after the first ``skip``, counted to ``cap`` (``COUNTED``)
+    at most: a ``COUNT`` over a ``LIMIT``, it reads ``skip + cap`` index entries at most."""
+    cap = COUNTED if cap is None else cap
     return int(rows[skip : skip + cap].count())
 
 
