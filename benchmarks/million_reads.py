@@ -138,13 +138,15 @@ PROBLEM_ROWS = (
     "UPDATE durablebeat_schedule SET stuck_since = now() - interval '2 hours', "
     "stuck_reason = 'a run is still in flight (overlap skip)' WHERE name = ANY(%(stuck)s)",
     # set aside by beat
-    "UPDATE durablebeat_schedule SET error = 'bench: an unknown time zone' WHERE name = ANY(%(bad)s)",
+    "UPDATE durablebeat_schedule SET error = 'bench: an unknown time zone' "
+    "WHERE name = ANY(%(bad)s)",
     # beat alive, the next fire an hour past
     "UPDATE durablebeat_schedule SET next_fire_at = now() - interval '1 hour' "
     "WHERE name = ANY(%(overdue)s)",
     # no success for five days
     "UPDATE durablebeat_schedule SET last_completed_at = now() - interval '5 days', "
-    "last_outcome = 'failed', last_failed_at = now() - interval '1 day' WHERE name = ANY(%(failing)s)",
+    "last_outcome = 'failed', last_failed_at = now() - interval '1 day' "
+    "WHERE name = ANY(%(failing)s)",
 )
 
 
@@ -184,7 +186,7 @@ def fill(n: int) -> None:
 
 def alive(n: int) -> None:
     """What a live beat leaves: its heartbeat now, and the next fires that passed since the
-    fill a day on (all but the overdue and failing rows'), so that every round reads the same picture."""
+    fill a day on (all but the overdue and failing rows'): every round reads one picture."""
     from django.db import connection
 
     with connection.cursor() as cur:
@@ -213,7 +215,7 @@ def command(*args: str, out: Callable[[], Any] = io.StringIO) -> Callable[[], An
 
 
 def devnull() -> Any:
-    return open(os.devnull, "w")  # noqa: SIM115 - closed by command's with
+    return open(os.devnull, "w")  # closed by command's with
 
 
 def process(*args: str) -> Callable[[], Any]:

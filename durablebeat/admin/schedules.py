@@ -53,9 +53,10 @@ class SchedulePaginator(LedgerPaginator):
 
     @cached_property
     def count(self) -> int:
-        query = getattr(self.object_list, "query", None)
+        rows: Any = self.object_list
+        query = getattr(rows, "query", None)
         if query is not None and query.where:
-            return int(self.object_list[: self.COUNTED].count())
+            return int(rows[: self.COUNTED].count())
         return int(super().count)
 
 

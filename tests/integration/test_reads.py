@@ -366,7 +366,8 @@ def test_list_schedules_filters_limits_and_iterates(make_schedule, now, t0):
         "digest-0000",
         "digest-0001",
     ]
-    assert [s.name for s in api.list_schedules(task="tests.e2eapp.tasks.record_note")] == ["nightly"]
+    noted = api.list_schedules(task="tests.e2eapp.tasks.record_note")
+    assert [s.name for s in noted] == ["nightly"]
     assert [s.name for s in api.list_schedules(enabled=False)] == ["paused-1"]
     assert [s.name for s in api.list_schedules(source="code")] == ["nightly"]
     assert [s.name for s in api.list_schedules(limit=0)] == []
