@@ -520,6 +520,10 @@ class Schedule(models.Model):
             stored = {**values, **(stored or {})}
         return {name for name in WATCHED_FIELDS if getattr(self, name) != stored[name]}
 
+    def timing_key(self) -> tuple[Any, ...]:
+        """The timing fields' values: rows with the same key fire at the same slots."""
+        return tuple(getattr(self, f) for f in TIMING_FIELDS)
+
     def to_spec(self) -> timing.Spec:
         """The timing value of this row; raises ``timing.InvalidSchedule`` naming the field."""
         if self.kind == Kind.INTERVAL:

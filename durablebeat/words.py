@@ -2,8 +2,8 @@
 ``check``, ``status``, the report, the importer and the validation messages; and
 ``parse_duration`` for what a person types.
 
-Outside ``core`` (the math never words anything) and importing no model at import time,
-so that ``validation`` (which the models import) may call it too."""
+Outside ``core`` (the math never words anything) and importing no model at run time, so
+that ``validation`` (which the models import) may call it too."""
 
 from __future__ import annotations
 
@@ -159,9 +159,7 @@ def schedule_words(row: Schedule) -> str:
 
     Worked out once per distinct timing (the words are a function of the timing fields
     alone): a listing of a million customers' digests shares a few hundred (R33)."""
-    from .models import TIMING_FIELDS  # the names only, at call time: models import words
-
-    key = tuple(getattr(row, f) for f in TIMING_FIELDS)
+    key = row.timing_key()
     try:
         found = _WORDS.get(key)
     except TypeError:  # a value that cannot be a key (a row built by hand): no cache

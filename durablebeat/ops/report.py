@@ -179,7 +179,7 @@ def find_overfired(since: dt.datetime, until: dt.datetime) -> list[Overfire]:
     allowed_by: dict[tuple[Any, ...], int | Exception | None] = {}
 
     def allowed_of(row: Schedule) -> int | Exception | None:
-        key = tuple(getattr(row, f) for f in TIMING_FIELDS)
+        key = row.timing_key()
         if key not in allowed_by:
             try:
                 allowed_by[key] = allowed_fires(row.to_spec(), since, until)
