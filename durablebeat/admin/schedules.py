@@ -56,7 +56,9 @@ class SchedulePaginator(LedgerPaginator):
         rows: Any = self.object_list
         query = getattr(rows, "query", None)
         if query is not None and query.where:
-            return int(rows[: self.COUNTED].count())
+            # unordered: ORDER BY name made the planner walk the name's index past a
+            # million rows for the 3 overdue ones (0.5 s) instead of reading the due index
+            return int(rows.order_by()[: self.COUNTED].count())
         return int(super().count)
 
 
