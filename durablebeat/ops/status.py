@@ -23,7 +23,7 @@ from ..enums import RunState
 from ..models import Schedule
 from ..words import absolute, duration_words, next_fire_words, one_line, relative, schedule_words
 from . import health
-from .findings import count_words, counted
+from .findings import COUNTED, count_words, counted
 
 STATUS_COLUMNS = ("name", "schedule", "enabled", "next fire", "last completion", "outcome", "stuck")
 #: rows of each part shown unless ``--limit`` says otherwise
@@ -308,9 +308,10 @@ def status_json(
     limit: int | None = DEFAULT_LIMIT,
 ) -> Iterator[str]:
     """``status --json``: JSON Lines, each written as it is made. Without ``every`` and
-    ``name``, a first line ``{"counts": ..., "beats": ...}``, then an object per schedule
-    that needs a look (its ``"part"``: late, stuck, failing, set_aside); with them, an
-    object per schedule, in name order, never a list of them all."""
+    ``name``, a first line ``{"counts": ..., "counted_to": 10000, "beats": ...}``, then an
+    object per schedule that needs a look (its ``"part"``: late, stuck, failing,
+    set_aside); with them, an object per schedule, in name order, never a list of them
+    all."""
     if missing := schema.pending():
         for f in health.waiting_for_migrations(missing, now):
             yield json.dumps(f.as_dict())
@@ -329,7 +330,8 @@ def status_json(
         {"hostname": b.hostname, "pid": b.pid, "started_at": b.started_at.isoformat()}
         for b in health.live_boots(now)
     ]
-    yield json.dumps({"counts": counts(now, parts), "beats": beats})
+    # a part's count stops at COUNTED: "counted_to" says where
+    yield json.dumps({"counts": counts(now, parts), "counted_to": COUNTED, "beats": beats})
     for part in parts:
         for row in part.rows[:limit]:
             yield json.dumps(_as_dict(row, now, part.key))

@@ -241,6 +241,7 @@ def test_status_json_default_starts_with_the_counts(alive, make_schedule, now, t
     make_schedule("late", every=60, next_fire_at=t0 - H)
     lines = [json.loads(line) for line in command("status", "--json").splitlines()]
     assert lines[0]["counts"]["late"] == 1 and lines[0]["counts"]["schedules"] == 4
+    assert lines[0]["counted_to"] == 10_000
     assert lines[0]["beats"][0]["hostname"] == "beat-host"
     assert [(x["part"], x["name"]) for x in lines[1:]] == [("late", "late")]
 
