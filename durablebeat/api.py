@@ -21,7 +21,7 @@ import dataclasses
 import datetime as dt
 import json
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -291,13 +291,57 @@ def get_schedule(name: str) -> ScheduleInfo:
     return ScheduleInfo.of(row, clock.now())
 
 
-def list_schedules(*, include_deleted: bool = False) -> list[ScheduleInfo]:
-    """Every schedule by name, code's and the database's."""
-    rows = Schedule.objects.all()
+#: rows ``list_schedules`` reads from the database at a time
+LIST_CHUNK = 2000
+
+
+def list_schedules(
+    *,
+    include_deleted: bool = False,
+    name_prefix: str | None = None,
+    task: str | None = None,
+    enabled: bool | None = None,
+    source: str | None = None,
+    limit: int | None = None,
+) -> Iterator[ScheduleInfo]:
+    """The schedules by name, code's and the database's, one at a time (R33).
+
+    An iterator, read ``LIST_CHUNK`` rows at a time: a million schedules cost one chunk's
+    memory, never a list of them all (``list(...)`` when a list is wanted). Each argument
+    narrows it: ``name_prefix`` (names that start with it, case-sensitive, read through the
+    name's index: ``"digest-"``), ``task`` (that task name), ``enabled`` (``True``: firing,
+    ``False``: paused), ``source`` (``"database"`` or ``"code"``), ``limit`` (at most that
+    many, the first by name). The arguments are checked when it is called, before a row is
+    read: ``InvalidSchedule`` names the one at fault.
+    """
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise InvalidSchedule("limit", f"must be a whole number, 0 or more, not {limit!r}")
+    if source is not None and source not in Source.values:
+        raise InvalidSchedule("source", f"must be one of {Source.values}, not {source!r}")
+    if enabled is not None and not isinstance(enabled, bool):
+        raise InvalidSchedule("enabled", f"must be True, False or None, not {enabled!r}")
+    for field, value in (("name_prefix", name_prefix), ("task", task)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidSchedule(field, f"must be a string, not {value!r}")
+    rows = Schedule.objects.order_by("name")
     if not include_deleted:
         rows = rows.filter(deleted_at__isnull=True)
-    now = clock.now()
-    return [ScheduleInfo.of(row, now) for row in rows.order_by("name")]
+    if name_prefix:
+        rows = rows.filter(name__startswith=name_prefix)
+    if task is not None:
+        rows = rows.filter(task=task)
+    if enabled is not None:
+        rows = rows.filter(enabled=enabled)
+    if source is not None:
+        rows = rows.filter(source=source)
+    if limit is not None:
+        rows = rows[:limit]
+    return _infos(rows, clock.now())
+
+
+def _infos(rows: Any, now: dt.datetime) -> Iterator[ScheduleInfo]:
+    for row in rows.iterator(chunk_size=LIST_CHUNK):
+        yield ScheduleInfo.of(row, now)
 
 
 # --- the one write path's pieces ----------------------------------------------------------

@@ -454,6 +454,26 @@ class Schedule(models.Model):
             PartialIndex(
                 fields=["source"], where=Q(source=Source.CODE), name="durablebeat_code_idx"
             ),
+            # check's stuck finding and the admin's stuck filter read the few stuck rows,
+            # not every schedule (R33; a whole column on MariaDB/MySQL, see PartialIndex)
+            PartialIndex(
+                fields=["stuck_since"],
+                where=Q(stuck_since__isnull=False),
+                name="durablebeat_stuck_idx",
+            ),
+            # the few rows paused or set aside (R21, R33): check's bad_row finding, status's
+            # set-aside part, the admin's bad-row and disabled filters. PostgreSQL only, as
+            # durablebeat_run_inflight_idx: SQLite's planner ignores it (Django binds the ''
+            # as a parameter); elsewhere the small ``enabled`` column is indexed in its place.
+            PartialIndex(
+                fields=["enabled"],
+                where=Q(enabled=False) | ~Q(error=""),
+                vendors=("postgresql",),
+                name="durablebeat_paused_or_bad_idx",
+            ),
+            # status's failing part and the admin's outcome filter: the rows of one last
+            # outcome, not every schedule (R33); changed only when a row's outcome changes
+            models.Index(fields=["last_outcome"], name="durablebeat_outcome_idx"),
         ]
 
     def __str__(self) -> str:
@@ -501,6 +521,10 @@ class Schedule(models.Model):
                 return set()
             stored = {**values, **(stored or {})}
         return {name for name in WATCHED_FIELDS if getattr(self, name) != stored[name]}
+
+    def timing_key(self) -> tuple[Any, ...]:
+        """The timing fields' values: rows with the same key fire at the same slots."""
+        return tuple(getattr(self, f) for f in TIMING_FIELDS)
 
     def to_spec(self) -> timing.Spec:
         """The timing value of this row; raises ``timing.InvalidSchedule`` naming the field."""

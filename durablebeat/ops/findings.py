@@ -117,3 +117,40 @@ def each_row(
 
 def active_schedules() -> Any:
     return Schedule.objects.filter(enabled=True, error="")
+
+
+# --- a read costs what it shows (R33) -------------------------------------------------------
+
+#: a finder names this many schedules, then says how many more: a thousand overdue rows are
+#: one incident, and the probe answers in the same time with a million as with ten
+SHOWN = 100
+#: the rest are counted up to here ("more than 10,000"): a count never reads the whole table
+COUNTED = 10_000
+
+
+def count_words(n: int, cap: int | None = None) -> str:
+    """``n`` counted up to ``cap`` (``COUNTED``): "1,234", or "more than 10,000" at it."""
+    cap = COUNTED if cap is None else cap
+    return f"more than {cap:,}" if n >= cap else f"{n:,}"
+
+
+def counted(rows: Any, skip: int = 0, cap: int | None = None) -> int:
+    """How many of ``rows`` come after the first ``skip``, counted to ``cap`` (``COUNTED``)
+    at most: a ``COUNT`` over a ``LIMIT``, it reads ``skip + cap`` index entries at most."""
+    cap = COUNTED if cap is None else cap
+    # Unordered: how many there are does not depend on the order, and an ORDER BY lets the
+    # planner walk another index (the name's) past a million rows to find a few.
+    return int(rows.order_by()[skip : skip + cap].count())
+
+
+def each_shown(
+    rows: Any, what: str, build: Callable[[Schedule], Finding | None], code: str, more: str
+) -> list[Finding]:
+    """``each_row`` of the first ``SHOWN`` of ``rows`` (a query, ordered), then one ``code``
+    finding saying how many more there are (``more``: what they are, e.g. "schedules
+    overdue"). The exit status is the same: the finding's severity is its code's."""
+    shown = list(rows[:SHOWN])
+    found = each_row(shown, what, build)
+    if len(shown) == SHOWN and (rest := counted(rows, SHOWN)) > 0:
+        found.append(Finding(code, f"and {count_words(rest)} more {more}"))
+    return found

@@ -31,7 +31,7 @@ from .findings import CODES as CODES
 from .findings import SEVERITIES as SEVERITIES
 from .findings import Finding as Finding
 from .findings import Severity as Severity
-from .findings import active_schedules, each_row
+from .findings import active_schedules, each_shown
 from .queues import find_unconsumed_queues
 from .run_findings import (
     find_lost,
@@ -106,8 +106,10 @@ def find_overdue(now: dt.datetime) -> list[Finding]:
     if limit is None:
         return []  # no beat has been up that long yet
     limit += _US
-    rows = active_schedules().filter(next_fire_at__lt=limit).order_by("next_fire_at")
-    return each_row(
+    # The due index (enabled, next_fire_at), read from its oldest end: the most overdue
+    # first, the rest counted (R33).
+    rows = active_schedules().filter(next_fire_at__lt=limit).order_by("next_fire_at", "pk")
+    return each_shown(
         rows,
         "how overdue it is",
         lambda row: Finding(
@@ -116,13 +118,16 @@ def find_overdue(now: dt.datetime) -> list[Finding]:
             f"{ago(row.next_fire_at, now)} ago, and beat is alive but has not fired it",
             row.name,
         ),
+        "overdue",
+        "schedules overdue",
     )
 
 
 def find_stuck(now: dt.datetime) -> list[Finding]:
     limit = now - conf.settings.STUCK_THRESHOLD
-    rows = active_schedules().filter(stuck_since__lt=limit).order_by("stuck_since")
-    return each_row(
+    # durablebeat_stuck_idx: the few stuck rows, longest stuck first (R33)
+    rows = active_schedules().filter(stuck_since__lt=limit).order_by("stuck_since", "pk")
+    return each_shown(
         rows,
         "how long it is stuck",
         lambda row: Finding(
@@ -130,19 +135,25 @@ def find_stuck(now: dt.datetime) -> list[Finding]:
             f"{row.name}: every fire skipped for {ago(row.stuck_since, now)}: {row.stuck_reason}",
             row.name,
         ),
+        "stuck",
+        "schedules stuck",
     )
 
 
 def find_bad_rows(now: dt.datetime) -> list[Finding]:
+    # durablebeat_paused_or_bad_idx on PostgreSQL: the rows set aside, not every row (R33)
     rows = Schedule.objects.filter(enabled=True).exclude(error="").order_by("name")
-    return [
-        Finding(
+    return each_shown(
+        rows,
+        "its error",
+        lambda row: Finding(
             "bad_row",
             f"{row.name}: beat cannot use this schedule and skips it: {row.error}",
             row.name,
-        )
-        for row in rows
-    ]
+        ),
+        "bad_row",
+        "schedules beat cannot use",
+    )
 
 
 def find_database_errors(now: dt.datetime) -> list[Finding]:
@@ -176,7 +187,9 @@ def find_listen_deaf(now: dt.datetime) -> list[Finding]:
     ]
 
 
-FINDERS: tuple[Callable[[dt.datetime], list[Finding]], ...] = (
+Finder = Callable[[dt.datetime], list[Finding]]
+
+FINDERS: tuple[Finder, ...] = (
     find_no_beat,
     find_database_errors,
     find_overdue,
@@ -193,9 +206,36 @@ FINDERS: tuple[Callable[[dt.datetime], list[Finding]], ...] = (
     find_listen_deaf,
 )
 
+#: the codes each finder of ``FINDERS`` can report: ``check --only`` runs only the finders
+#: that can report a code asked for, so that the liveness probe (``--only no_beat,overdue``)
+#: reads what those two read, not the ledger and every schedule's periods (R33). A finder
+#: missing here runs whatever ``only`` asks (its findings are then filtered).
+FINDS: dict[Finder, frozenset[str]] = {
+    find_no_beat: frozenset({"no_beat"}),
+    find_database_errors: frozenset({"database_error"}),
+    find_overdue: frozenset({"overdue", "bad_row"}),
+    find_stuck: frozenset({"stuck", "bad_row"}),
+    find_lost: frozenset({"lost_runs"}),
+    find_unresolved: frozenset({"unresolved_runs", "bad_row"}),
+    find_no_news: frozenset({"no_news"}),
+    find_untracked: frozenset({"untracked_worker"}),
+    find_unpublishable: frozenset({"unpublishable"}),
+    find_no_success: frozenset({"no_success", "bad_row"}),
+    find_bad_rows: frozenset({"bad_row"}),
+    find_clock_skew: frozenset({"clock_skew"}),
+    find_listen_deaf: frozenset({"listen_deaf"}),
+    find_unconsumed_queues: frozenset({"unconsumed_queue"}),
+}
+
+
+def _asked(finder: Finder, wanted: set[str] | None) -> bool:
+    codes = FINDS.get(finder)
+    return wanted is None or codes is None or bool(codes & wanted)
+
 
 def findings(now: dt.datetime, only: Iterable[str] | None = None) -> list[Finding]:
-    """Everything ``check`` reports at ``now``, worst first; ``only``: these codes.
+    """Everything ``check`` reports at ``now``, worst first; ``only``: these codes, from
+    the finders that can report one (``FINDS``).
 
     A finder that fails for any reason but the database is reported as ``check_failed``
     (kept even when ``only`` leaves it out, counted by ``exit_code`` only when asked for),
@@ -206,16 +246,18 @@ def findings(now: dt.datetime, only: Iterable[str] | None = None) -> list[Findin
         # Every finder reads the settings: with one invalid, none can say anything true.
         return bad
     found: list[Finding] = []
+    wanted = None if only is None else {*only}
     for finder in FINDERS:
+        if not _asked(finder, wanted):
+            continue
         try:
             found.extend(finder(now))
         except DatabaseError:
             raise
         except Exception as exc:
             found.append(check_failed(finder.__name__, exc))
-    if only is not None:
-        wanted = {*only, "check_failed"}
-        found = [f for f in found if f.code in wanted]
+    if wanted is not None:
+        found = [f for f in found if f.code in wanted | {"check_failed"}]
     return sorted(_one_bad_row_each(found), key=lambda f: -f.severity)
 
 
@@ -227,11 +269,12 @@ def find_bad_settings() -> list[Finding]:
 
 
 def _one_bad_row_each(found: list[Finding]) -> list[Finding]:
-    """A row several finders could not compute with is one ``bad_row``, the first said."""
+    """A row several finders could not compute with is one ``bad_row``, the first said
+    (a finder's "and N more" has no schedule: each is kept)."""
     seen: set[str | None] = set()
     kept = []
     for f in found:
-        if f.code == "bad_row":
+        if f.code == "bad_row" and f.schedule is not None:
             if f.schedule in seen:
                 continue
             seen.add(f.schedule)

@@ -266,11 +266,21 @@ def test_report_and_status_commands(extreme):
 
 
 def test_status_shows_every_row_on_its_own_line(extreme, t0):
-    text = status.format_status(t0)
+    text = status.format_status(t0, every=True)
     lines = text.splitlines()
     for name in names():
         assert any(line.startswith(one_line(name)) for line in lines), name
     assert len(lines) == 2 + len(names()) + 2  # header, rule, a line per row, blank, beat
+
+
+def test_status_shows_what_needs_a_look_whatever_the_rows_hold(extreme, t0):
+    """R21 and R33: the default view (counts, the parts, the first rows by name) renders
+    every row it reads, a line each, and so does its JSON."""
+    lines = status.format_status(t0).splitlines()
+    assert lines[0].startswith("schedules: ")
+    assert "schedules by name:" in lines
+    for line in status.status_json(t0, every=True):
+        assert json.loads(line)["name"] in names()
 
 
 # --- metrics ------------------------------------------------------------------------------

@@ -215,6 +215,14 @@ def test_status_is_a_table_like_the_admin_list(make_schedule, make_boot, t0, tim
     make_schedule("off", every=60, enabled=False)
     out = command("status")
     lines = out.splitlines()
+    # R33: the counts by state first, then what needs a look (here "starved", late and
+    # stuck), then the schedules by name (every one, as there are fewer than --limit)
+    assert lines[0] == (
+        "schedules: 3 (2 enabled, 1 paused, 0 deleted); 1 late, 1 stuck, 0 failing, 0 set aside"
+    )
+    assert lines[2].startswith("late (") and lines[3].startswith("name")
+    assert lines[5].startswith("starved")
+    lines = lines[lines.index("schedules by name:") + 1 :]
     assert lines[0].split() == [
         "name",
         "schedule",

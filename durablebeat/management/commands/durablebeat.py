@@ -25,6 +25,16 @@ def _duration(text: str) -> Any:
         raise CommandError(str(exc)) from exc
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise CommandError(f"--limit: a whole number of 1 or more, not {text!r}")
+    return value
+
+
 def _instant(text: str) -> dt.datetime:
     """ISO 8601; without an offset it is UTC."""
     try:
@@ -59,7 +69,36 @@ class Command(BaseCommand):
         rep = sub.add_parser("report", help="Fires per boot and reason; flags over-firing (R18).")
         rep.add_argument("--since", default="48h", help="Window, e.g. 48h, 2d, 90m (default 48h).")
         rep.add_argument("--json", action="store_true")
-        sub.add_parser("status", help="A table of schedules, like the admin's list.")
+        rep.add_argument(
+            "--limit",
+            type=_positive,
+            default=report.DEFAULT_LIMIT,
+            help=f"Name the N schedules that fired most (default {report.DEFAULT_LIMIT}).",
+        )
+        stat = sub.add_parser(
+            "status",
+            help="Counts by state, the late, stuck, failing and set-aside schedules, then "
+            "the schedules by name.",
+        )
+        stat.add_argument(
+            "--all", dest="every", action="store_true", help="Every schedule, streamed."
+        )
+        stat.add_argument(
+            "--name",
+            default=None,
+            metavar="PATTERN",
+            help="The schedules whose name matches PATTERN (* and ?, e.g. 'digest-42*').",
+        )
+        stat.add_argument(
+            "--limit",
+            type=_positive,
+            default=None,
+            help=f"At most N rows of each part (default {status.DEFAULT_LIMIT}; "
+            "with --all or --name: no limit).",
+        )
+        stat.add_argument(
+            "--json", action="store_true", help="JSON Lines: an object per line, streamed."
+        )
         imp = sub.add_parser(
             "import-django-celery-beat",
             help="Copy django-celery-beat's periodic tasks into durablebeat.",
@@ -123,14 +162,20 @@ class Command(BaseCommand):
 
     def report(self, options: dict[str, Any]) -> None:
         now = clock.now()
-        built = report.build_report(clock.before(now, _duration(options["since"])), now)
+        since = clock.before(now, _duration(options["since"]))
+        built = report.build_report(since, now, limit=options["limit"])
         if options["json"]:
             self.stdout.write(json.dumps(built.as_dict(), indent=2))
         else:
             self.stdout.write(report.format_report(built))
 
     def status(self, options: dict[str, Any]) -> None:
-        self.stdout.write(status.format_status(clock.now()))
+        kwargs = {"every": options["every"], "name": options["name"], "limit": options["limit"]}
+        if not options["every"] and options["name"] is None and kwargs["limit"] is None:
+            kwargs["limit"] = status.DEFAULT_LIMIT
+        make = status.status_json if options["json"] else status.status_lines
+        for line in make(clock.now(), **kwargs):
+            self.stdout.write(line)  # each as it is made: --all is never held whole (R33)
 
     def import_(self, options: dict[str, Any]) -> None:
         try:
