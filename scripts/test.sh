@@ -1,30 +1,53 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: lint; unit, integration and e2e (real celery beat and
-# worker processes, the admin in headless Chromium) on PostgreSQL and Redis; beside it, the
-# integration suite on SQLite and the matrix of supported stacks (docs/configuration.md,
-# "Supported versions"), each cell in a venv of its own (.venv-<cell>) with its Django
-# pinned; then the e2e restart and outage tests on MariaDB and RabbitMQ. Exits non-zero when
-# any test fails or none ran. DURABLEBEAT_MATRIX=0 skips the matrix (a quicker local run).
+# The whole test suite, as CI runs it (.ci/run): lint and types; unit, integration and e2e
+# (real celery beat and worker processes, the admin in headless Chromium) on PostgreSQL and
+# Redis; the integration suite on SQLite; the matrix of supported stacks
+# (docs/configuration.md, "Supported versions"), each cell in a venv of its own
+# (.venv-<cell>) with its Django pinned; the e2e restart and outage tests on MariaDB with
+# RabbitMQ. About 20 minutes on the 2-core CI machine (docs/development.md says what each
+# part costs). Exits non-zero when any test fails or a run collected none.
+#
+#   scripts/test.sh            everything
+#   scripts/test.sh --fast     unit and integration tests on SQLite and PostgreSQL: no e2e,
+#                              no matrix, no lint (the loop before a push, ~3 min)
+#   scripts/test.sh ARGS...    pytest arguments for the PostgreSQL and SQLite runs (-k ...)
+#
+# Every run is parallel (pytest-xdist): each worker has its own test databases (pytest-django
+# suffixes their names) and its own Redis database (tests/settings.py counts down from the
+# run's DURABLEBEAT_TEST_REDIS_DB). Runs that go side by side have their own suffix and
+# Redis databases. The e2e tests run four at a time: those that need the machine quiet
+# share one xdist group (tests/e2e/harness.py's QUIET), the long ones start first. The runs
+# without real processes go niced, so the e2e processes' timings get the CPU first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+fast=0
+if [ "${1:-}" = "--fast" ]; then
+    fast=1
+    shift
+fi
 scripts/bootstrap.sh || exit 1
 scripts/services.sh || exit 1
-scripts/system-tools.sh || exit 1
+if [ $fast = 0 ]; then scripts/system-tools.sh || exit 1; fi
 PY=.venv/bin/python
-mkdir -p test-output
+OUT=test-output
+rm -rf "$OUT/runs"
+mkdir -p "$OUT/runs"
+start=$SECONDS
 
-status=0
-run() {  # python, pytest arguments...
-    local py=$1
-    shift
-    "$py" -m pytest "$@"
-    rc=$?
-    # 5 = no tests collected: an empty run is a failure, never a pass.
-    if [ $rc -ne 0 ]; then status=$rc; fi
+# run NAME REDIS_DB SUFFIX PYTHON PYTEST-ARGS...: one pytest run, its output in
+# test-output/runs/NAME.log, its results in NAME.xml, its time and exit code in NAME.rc
+run() {
+    local name=$1 redis_db=$2 suffix=$3 py=$4 began=$SECONDS rc
+    shift 4
+    DURABLEBEAT_TEST_REDIS_DB=$redis_db DURABLEBEAT_TEST_SUFFIX=$suffix \
+        "$py" -m pytest -q --junitxml="$OUT/runs/$name.xml" "$@" \
+        >"$OUT/runs/$name.log" 2>&1
+    rc=$?  # 5 = no tests collected: an empty run is a failure, never a pass
+    echo "$rc $((SECONDS - began))" >"$OUT/runs/$name.rc"
+    printf '%-28s exit %s in %4d s: %s\n' "$name" "$rc" "$((SECONDS - began))" \
+        "$(tail -1 "$OUT/runs/$name.log")"
+    return "$rc"
 }
-"$PY" -m ruff check . || status=1
-"$PY" -m ruff format --check . || status=1
-"$PY" -m mypy || status=1  # strict, on durablebeat/ and project/ (pyproject's [tool.mypy])
 
 python_for() {  # "3.12" -> the newest 3.12.x interpreter pyenv has; fails loudly without
     if ! command -v pyenv >/dev/null 2>&1; then
@@ -40,23 +63,17 @@ python_for() {  # "3.12" -> the newest 3.12.x interpreter pyenv has; fails loudl
     echo "$(pyenv root)/versions/$version/bin/python"
 }
 
-timings=()
-cell_start=0
-CELL_PY=
-cell() {  # name, python, django requirement: makes .venv-<name>, sets CELL_PY
+cell() {  # name, python, django requirement: makes .venv-<name> with uv (seconds, not minutes)
     local name=$1 python=$2 django=$3 venv=".venv-$1" interpreter
-    cell_start=$SECONDS
-    echo "=== matrix cell $name: Python $python, Django $django"
-    if ! interpreter=$(python_for "$python"); then status=1; return 1; fi
+    if ! interpreter=$(python_for "$python"); then return 1; fi
     if [ ! -x "$venv/bin/python" ]; then
-        "$interpreter" -m venv "$venv" || { status=1; return 1; }
+        .venv/bin/uv venv --quiet --python "$interpreter" "$venv" || return 1
     fi
     # The newest django-celery-beat that installs beside this Django comes with the dev
-    # extra (pip backtracks to it); the cell prints what it got.
-    if ! "$venv/bin/python" -m pip install --quiet --upgrade pip \
-        || ! "$venv/bin/python" -m pip install --quiet -e ".[dev]" "django$django"; then
+    # extra (the resolver backtracks to it); the cell prints what it got.
+    if ! .venv/bin/uv pip install --quiet --python "$venv/bin/python" -e ".[dev]" \
+        "django$django"; then
         echo "matrix cell $name: could not install its packages" >&2
-        status=1
         return 1
     fi
     "$venv/bin/python" - <<'PY'
@@ -66,65 +83,90 @@ from importlib.metadata import version
 names = ("django", "celery", "kombu", "django-celery-beat", "django-celery-results")
 print("   python", sys.version.split()[0], *(f"{n} {version(n)}" for n in names))
 PY
-    CELL_PY="$venv/bin/python"
-}
-cell_done() {
-    timings+=("$1: $((SECONDS - cell_start)) s")
 }
 
-# The runs without real processes (unit and integration tests: the SQLite run and every
-# matrix cell's) go side by side with the PostgreSQL run, whose end-to-end tests mostly
-# wait on real beat and worker processes: the whole suite in about two thirds of the time
-# it takes one run after another. They run niced, on test databases and a Redis database
-# of their own (DURABLEBEAT_TEST_SUFFIX, DURABLEBEAT_TEST_REDIS_DB), their output kept in
-# test-output/side.log and printed when they end. The e2e runs stay one at a time.
+lint() {
+    "$PY" -m ruff check . && "$PY" -m ruff format --check . \
+        && "$PY" -m mypy  # strict, on durablebeat/ and project/ (pyproject's [tool.mypy])
+}
+
+if [ $fast = 1 ]; then
+    # PostgreSQL and SQLite side by side, two workers each
+    run sqlite 9 _fast_sqlite "$PY" -n 2 tests/integration -m "not postgres_only" "$@" &
+    sqlite_pid=$!
+    run postgres 15 "" "$PY" -n 2 tests/unit tests/integration "$@"
+    status=$?
+    wait "$sqlite_pid" || status=1
+    echo "fast loop: $((SECONDS - start)) s"
+    "$PY" scripts/results.py "$OUT/runs" || status=1
+    exit $status
+fi
+
+# --- the whole suite -------------------------------------------------------------------
+# Side A (niced): lint, then the matrix cells' venvs and their unit and integration runs,
+# one after another (MariaDB's cell first: the MariaDB e2e run below uses its venv).
 side() {
     renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true  # what it starts inherits it
-    export DURABLEBEAT_TEST_SUFFIX=_side DURABLEBEAT_TEST_REDIS_DB=13
-    DURABLEBEAT_TEST_DB=sqlite run "$PY" tests/integration -m "not postgres_only" "$@"
-    if [ "${DURABLEBEAT_MATRIX:-1}" != "0" ]; then
-        # Every Python (3.11 above), Django (5.2 above) and database at least once.
-        if cell py312-django6-mariadb 3.12 "~=6.0"; then
-            DURABLEBEAT_TEST_DB=mariadb run "$CELL_PY" tests/unit tests/integration \
-                -m "not postgres_only"
-            cell_done py312-django6-mariadb
-        fi
-        if cell py313-django6 3.13 "~=6.0"; then
-            DURABLEBEAT_TEST_DB=postgres run "$CELL_PY" tests/unit tests/integration
-            DURABLEBEAT_TEST_DB=sqlite run "$CELL_PY" tests/integration -m "not postgres_only"
-            cell_done py313-django6
-        fi
-        # Django 4.2 on PostgreSQL: on SQLite it has no IMMEDIATE transactions (Django 5.1+),
-        # so two beats at once there meet "database is locked" (docs/configuration.md,
-        # "Supported versions").
-        if cell py312-django42-postgres 3.12 "~=4.2.0"; then
-            DURABLEBEAT_TEST_DB=postgres run "$CELL_PY" tests/unit tests/integration
-            cell_done py312-django42-postgres
-        fi
-        printf 'matrix cell time: %s\n' "${timings[@]}"
+    local status=0
+    lint >"$OUT/runs/lint.log" 2>&1 || { status=1; echo "lint failed:"; cat "$OUT/runs/lint.log"; }
+    echo "lint: $((SECONDS - start)) s"
+    if cell py312-django6-mariadb 3.12 "~=6.0"; then
+        touch "$OUT/runs/mariadb-venv.ready"
+        DURABLEBEAT_TEST_DB=mariadb run py312-django6-mariadb 9 _side .venv-py312-django6-mariadb/bin/python \
+            -n 2 tests/unit tests/integration -m "not postgres_only" || status=1
+    else
+        touch "$OUT/runs/mariadb-venv.failed"
+        status=1
     fi
-    echo "side runs: $((SECONDS - side_start)) s"  # the subshell's SECONDS goes on from here
-    exit $status
+    if cell py313-django6 3.13 "~=6.0"; then
+        DURABLEBEAT_TEST_DB=postgres run py313-django6-postgres 9 _side .venv-py313-django6/bin/python \
+            -n 2 tests/unit tests/integration || status=1
+        DURABLEBEAT_TEST_DB=sqlite run py313-django6-sqlite 9 _side .venv-py313-django6/bin/python \
+            -n 2 tests/integration -m "not postgres_only" || status=1
+    else
+        status=1
+    fi
+    # Django 4.2 on PostgreSQL: on SQLite it has no IMMEDIATE transactions (Django 5.1+), so
+    # two beats at once there meet "database is locked" (docs/configuration.md).
+    if cell py312-django42-postgres 3.12 "~=4.2.0"; then
+        DURABLEBEAT_TEST_DB=postgres run py312-django42-postgres 9 _side \
+            .venv-py312-django42-postgres/bin/python -n 2 tests/unit tests/integration || status=1
+    else
+        status=1
+    fi
+    DURABLEBEAT_TEST_DB=sqlite run sqlite 9 _side "$PY" -n 2 tests/integration \
+        -m "not postgres_only" "$@" || status=1
+    return $status
 }
-side_start=$SECONDS
-(side "$@") >test-output/side.log 2>&1 &
+side "$@" >"$OUT/runs/side.out" 2>&1 &
 side_pid=$!
 trap 'kill "$side_pid" 2>/dev/null' EXIT
 
-main_start=$SECONDS
-DURABLEBEAT_TEST_DB=postgres run "$PY" tests "$@"
-echo "PostgreSQL run (unit, integration, e2e): $((SECONDS - main_start)) s"
-
+status=0
+# The PostgreSQL run: unit and integration on two workers, then the e2e tests on four.
+DURABLEBEAT_TEST_DB=postgres run postgres 15 "" "$PY" -n 2 tests/unit tests/integration "$@" \
+    || status=1
+# Beside the PostgreSQL e2e tests: the restart and outage tests on MariaDB with RabbitMQ as
+# the broker, once the MariaDB cell's venv is there (its own Redis databases: 11, 10).
+mariadb_e2e() {
+    while [ ! -e "$OUT/runs/mariadb-venv.ready" ] && [ ! -e "$OUT/runs/mariadb-venv.failed" ]; do
+        sleep 1
+    done
+    [ -e "$OUT/runs/mariadb-venv.ready" ] || return 1
+    DURABLEBEAT_TEST_DB=mariadb DURABLEBEAT_TEST_BROKER=amqp run mariadb-rabbitmq-e2e 11 "" \
+        .venv-py312-django6-mariadb/bin/python -n 2 --dist loadgroup \
+        tests/e2e/test_restarts.py tests/e2e/test_outages.py
+}
+mariadb_e2e &
+mariadb_pid=$!
+DURABLEBEAT_TEST_DB=postgres run postgres-e2e 15 "" "$PY" -n 4 --dist loadgroup tests/e2e "$@" \
+    || status=1
+wait "$mariadb_pid" || status=1
+echo "the PostgreSQL and MariaDB e2e runs ended: $((SECONDS - start)) s"
 wait "$side_pid" || status=1
 trap - EXIT
-echo "=== the side runs (SQLite, matrix cells' unit and integration tests), as they printed"
-cat test-output/side.log
-
-if [ "${DURABLEBEAT_MATRIX:-1}" != "0" ] && [ -x .venv-py312-django6-mariadb/bin/python ]; then
-    # The end-to-end restart and outage tests once on MariaDB with RabbitMQ as the broker.
-    e2e_start=$SECONDS
-    DURABLEBEAT_TEST_DB=mariadb DURABLEBEAT_TEST_BROKER=amqp run \
-        .venv-py312-django6-mariadb/bin/python tests/e2e/test_restarts.py tests/e2e/test_outages.py
-    echo "MariaDB + RabbitMQ e2e: $((SECONDS - e2e_start)) s"
-fi
+echo "=== the side runs (lint, the matrix cells, SQLite), as they printed"
+cat "$OUT/runs/side.out"
+echo "whole suite: $((SECONDS - start)) s"
+"$PY" scripts/results.py "$OUT/runs" || status=1  # its last line: the suite's counts
 exit $status
