@@ -71,13 +71,13 @@ def start(event: Started) -> bool:
     """Record a start; False when the task id is not a run (not ours, or not written yet)."""
     return bool(
         Run.objects.filter(task_id=event.task_id, state__in=STARTABLE).update(
+            detail=KEEP_DETAIL,  # first: MySQL's SET reads the state it already set
             state=RunState.STARTED,
             started_at=event.at,
             worker=storable(event.worker)[:255],
             worker_pid=event.worker_pid,
             hard_time_limit=event.hard_time_limit,
             published_at=Coalesce(F("published_at"), event.at),
-            detail=KEEP_DETAIL,
         )
     )
 
@@ -90,13 +90,15 @@ def finish(event: Finished) -> bool:
     """
     state = RunState.SUCCEEDED if event.succeeded else RunState.FAILED
     changes: dict[str, object] = {
+        # first: MySQL/MariaDB's SET reads the values it already set, so KEEP_DETAIL must
+        # see the run's state before this update moves it
+        "detail": KEEP_DETAIL,
         "state": state,
         "finished_at": event.at,
         "started_at": Coalesce(F("started_at"), event.started_at or event.at),
         "published_at": Coalesce(F("published_at"), event.started_at or event.at),
         "soft_time_limit_exceeded": event.soft_time_limit_exceeded,
         "error": storable(event.error)[:MAX_ERROR],
-        "detail": KEEP_DETAIL,
     }
     with db.atomic():
         runs = Run.objects.filter(task_id=event.task_id, state__in=COMPLETABLE)
