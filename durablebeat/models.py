@@ -16,6 +16,7 @@ from django.db.models.sql import Query
 from . import db, wakeup
 from .core import clock, solar, timing
 from .enums import IN_FLIGHT_STATES, UNTRACKED, Failure, Kind, Overlap, Reason, RunState, Source
+from .first_fire import FirstFires
 from .validation import validate_schedule_fields
 
 #: A schedule's fields by what they are about: the one place that names them together (the
@@ -131,7 +132,8 @@ def edit_rules(row: Schedule, changed: set[str], is_new: bool, now: dt.datetime)
     if "enabled" in changed and row.enabled and "enabled_at" not in changed:
         row.enabled_at = now  # check's no_success counts its periods from here
     if "next_fire_at" in changed:
-        row.next_fire_reason = Reason.SCHEDULED
+        if row.__dict__.get("_first_fire") != row.next_fire_at:  # not ``FirstFires``'s
+            row.next_fire_reason = Reason.SCHEDULED
         return notes
     if changed & TIMING_FIELDS_SET:
         row.next_fire_at = None
@@ -265,6 +267,9 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             obj.error = ""
         if not _checked:
             refuse_invalid(objs)
+        fires = FirstFires(clock.now())  # R33: known when the write commits
+        for obj in objs:
+            fires.fill(obj)
         created = super().bulk_create(objs, *args, **kwargs)
         if created:
             wakeup.schedules_changed()
@@ -277,6 +282,9 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             for obj in objs:
                 edit_rules(obj, obj.changed_fields(), False, now)
             fields += [f for f in EDIT_RULE_FIELDS if f not in fields]
+            fires = FirstFires(now)  # R33: the new timing's first fire, at the write
+            for obj in objs:
+                fires.fill(obj)
         refuse_invalid(objs)
         n = super().bulk_update(objs, fields, *args, **kwargs)
         for obj in objs:
@@ -464,13 +472,15 @@ class Schedule(models.Model):
         self.error = ""
         is_new = self.pk is None  # a row built by hand with a pk is an edit of that row
         update_fields = kwargs.get("update_fields")
+        now = clock.now()
+        before = (self.next_fire_at, self.next_fire_reason, self.enabled_at)
         if not is_new:
-            before = (self.next_fire_at, self.next_fire_reason, self.enabled_at)
-            edit_rules(self, self.changed_fields(), False, clock.now())
-            after = (self.next_fire_at, self.next_fire_reason, self.enabled_at)
-            if update_fields is not None and before != after:
-                kwargs["update_fields"] = update_fields = {*update_fields, *EDIT_RULE_FIELDS}
+            edit_rules(self, self.changed_fields(), False, now)
         refuse_invalid([self])
+        FirstFires(now).fill(self)  # R33: the first fire known when the save commits
+        after = (self.next_fire_at, self.next_fire_reason, self.enabled_at)
+        if update_fields is not None and before != after:
+            kwargs["update_fields"] = update_fields = {*update_fields, *EDIT_RULE_FIELDS}
         super().save(*args, **kwargs)
         self.remember_stored()
         if update_fields is None or WAKE_FIELDS & set(update_fields):
