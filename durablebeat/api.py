@@ -42,6 +42,7 @@ from .models import (
     POLICY_FIELDS,
     TIMING_FIELDS,
     Schedule,
+    beat_alive,
     edit_rules,
 )
 
@@ -181,7 +182,7 @@ def add_schedules(
     (``first_fire.FirstFires``): beat never has new rows to compute before its due work."""
     now = clock.now()
     shapes, zone = ShapeCache(), _default_zone()
-    fires = FirstFires(now)
+    fires = FirstFires(now, lambda: beat_alive(now))
     pairs = entries.items() if isinstance(entries, Mapping) else entries
     created = replaced = unchanged = 0
     with db.atomic():

@@ -14,15 +14,13 @@ a beat runs: it fills a new row at once).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Hashable
+from typing import Any
 
 from . import conf
 from .core import timing
 from .core.policy import first_fire
-
-if TYPE_CHECKING:
-    from .models import Schedule
+from .enums import Reason
 
 #: distinct (timing, grace) pairs remembered per writer: a bulk write of a million rows has
 #: a handful (a digest per customer: ten zones), a bounded cache keeps an odd one from
@@ -35,16 +33,16 @@ class FirstFires:
     clock, R26): the timing math done once per distinct (timing, grace), not once per row.
 
     ``beat_seen``: whether a beat is alive (its heartbeat fresh, R17), so that a new
-    interval's grace may start now; None: asked of the database once, when an interval
-    first needs it."""
+    interval's grace may start now, or how to ask (``models.beat_alive``): asked once,
+    when an interval first needs it."""
 
-    def __init__(self, now: dt.datetime, beat_seen: bool | None = None) -> None:
+    def __init__(self, now: dt.datetime, beat_seen: bool | Callable[[], bool]) -> None:
         self.now = now
         self._beat_seen = beat_seen
         self._grace: dt.timedelta | None = None
         self._found: dict[Hashable, tuple[dt.datetime | None, str]] = {}
 
-    def fill(self, row: Schedule) -> None:
+    def fill(self, row: Any) -> None:
         """Store the row's first fire when it is enabled and has none (an editor's own
         next fire is kept), and the writer can know it; otherwise leave it to beat."""
         if row.next_fire_at is not None or not row.enabled or row.deleted_at is not None:
@@ -63,8 +61,6 @@ class FirstFires:
     ) -> tuple[dt.datetime | None, str]:
         """The first fire of a row of ``spec`` and ``startup_grace``; (None, reason) when
         only beat can know it."""
-        from .enums import Reason
-
         if isinstance(spec, timing.Custom):
             return None, Reason.SCHEDULED
         grace = own_grace
@@ -88,16 +84,6 @@ class FirstFires:
         return found
 
     def beat_seen(self) -> bool:
-        if self._beat_seen is None:
-            self._beat_seen = beat_alive(self.now)
+        if not isinstance(self._beat_seen, bool):
+            self._beat_seen = self._beat_seen()
         return self._beat_seen
-
-
-def beat_alive(now: dt.datetime) -> bool:
-    """A beat is alive at ``now``: it has not stopped and its heartbeat is fresher than
-    ``HEARTBEAT_STALE_AFTER`` (R17)."""
-    from .models import Boot
-
-    fresh = now - conf.settings.HEARTBEAT_STALE_AFTER
-    alive: Any = Boot.objects.filter(stopped_at__isnull=True, heartbeat_at__gte=fresh)
-    return bool(alive.exists())

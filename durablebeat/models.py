@@ -13,7 +13,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.sql import Query
 
-from . import db, wakeup
+from . import conf, db, wakeup
 from .core import clock, solar, timing
 from .enums import IN_FLIGHT_STATES, UNTRACKED, Failure, Kind, Overlap, Reason, RunState, Source
 from .first_fire import FirstFires
@@ -146,6 +146,14 @@ def edit_rules(row: Schedule, changed: set[str], is_new: bool, now: dt.datetime)
     return notes
 
 
+def beat_alive(now: dt.datetime) -> bool:
+    """A beat is alive at ``now``: not stopped, its heartbeat fresher than
+    ``HEARTBEAT_STALE_AFTER`` (R17). A writer's question (``FirstFires``): may a new
+    interval's startup grace start at the write (R2, R33)?"""
+    fresh = now - conf.settings.HEARTBEAT_STALE_AFTER
+    return Boot.objects.filter(stopped_at__isnull=True, heartbeat_at__gte=fresh).exists()
+
+
 def refuse_invalid(rows: Iterable[Schedule]) -> None:
     """R20, R21, R29: every ORM write of a schedule is checked as ``full_clean`` checks it;
     ``ValidationError`` names the field (and the schedule, when several are written)."""
@@ -267,7 +275,8 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             obj.error = ""
         if not _checked:
             refuse_invalid(objs)
-        fires = FirstFires(clock.now())  # R33: known when the write commits
+        now = clock.now()
+        fires = FirstFires(now, lambda: beat_alive(now))  # R33: known when the write commits
         for obj in objs:
             fires.fill(obj)
         created = super().bulk_create(objs, *args, **kwargs)
@@ -282,7 +291,7 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             for obj in objs:
                 edit_rules(obj, obj.changed_fields(), False, now)
             fields += [f for f in EDIT_RULE_FIELDS if f not in fields]
-            fires = FirstFires(now)  # R33: the new timing's first fire, at the write
+            fires = FirstFires(now, lambda: beat_alive(now))  # R33: the first fire, at the write
             for obj in objs:
                 fires.fill(obj)
         refuse_invalid(objs)
@@ -477,7 +486,7 @@ class Schedule(models.Model):
         if not is_new:
             edit_rules(self, self.changed_fields(), False, now)
         refuse_invalid([self])
-        FirstFires(now).fill(self)  # R33: the first fire known when the save commits
+        FirstFires(now, lambda: beat_alive(now)).fill(self)  # R33: known when it commits
         after = (self.next_fire_at, self.next_fire_reason, self.enabled_at)
         if update_fields is not None and before != after:
             kwargs["update_fields"] = update_fields = {*update_fields, *EDIT_RULE_FIELDS}

@@ -7,6 +7,7 @@ only code-defined rows, so boot cost does not grow with admin-defined schedules.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime as dt
 import logging
@@ -349,7 +350,13 @@ def _with_own_values(
         _NAME_FIELD.clean(name, None)
     except ValidationError:
         return None
-    return dataclasses.replace(read, name=name, args=stored_args, kwargs=stored_kwargs)
+    # ``dataclasses.replace`` runs ``__init__`` over every field: a copy with three set is
+    # a fifth of the cost (a million entries, R33)
+    code = copy.copy(read)
+    object.__setattr__(code, "name", name)
+    object.__setattr__(code, "args", stored_args)
+    object.__setattr__(code, "kwargs", stored_kwargs)
+    return code
 
 
 def _shape_key(entry: Mapping[str, Any], default_timezone: str) -> Hashable | None:

@@ -57,7 +57,7 @@ AFTER_DUE_MIN_SLEEP = 0.5
 #: the shortest sleep ahead that makes room for one
 FILL_SLICE = 25
 FILL_SECONDS = 0.05
-FILL_MIN_SLEEP = 0.02
+FILL_MIN_SLEEP = 0.05
 
 
 @dataclass
@@ -96,6 +96,8 @@ class Engine:
     _backlog_since: dt.datetime | None = None
     #: where the fill of rows without a next fire is (a primary key; 0: from the start)
     _fill_after: int = 0
+    #: the seconds a row of the last slice took to fill (sizes the next slice)
+    _fill_row_seconds: float = 0.0
     #: the boot, the reconnects and the heartbeat (R5, R17, R23, R26)
     session: Session = field(init=False)
     #: decides each batch of due rows; sets bad rows aside (R21)
@@ -223,12 +225,13 @@ class Engine:
     def _fill(self, now: dt.datetime, delay: float) -> float:
         """R33: rows without a next fire (a raw SQL insert, a custom schedule, a new
         interval written while no beat ran), decided as the due rows are, after the due
-        work: slices of ``FILL_SLICE`` rows for at most ``FILL_SECONDS`` (or half the sleep
-        ahead), each slice in a transaction of its own, the next slot never waiting on
-        more than one slice. Returns the sleep: sooner when a filled row is due sooner, and
-        none when rows are left and this round moved some on (the next tick's due work
-        comes first, then the next slice). Walks the table by primary key, so a row it
-        cannot move on (another code's custom schedule, R25) is passed, not re-read."""
+        work: slices of at most ``FILL_SLICE`` rows for at most ``FILL_SECONDS`` (or half
+        the sleep ahead), each slice in a transaction of its own and sized to the time
+        left, so the next slot does not wait on one. Returns the sleep: sooner when a
+        filled row is due sooner, and none when rows are left and this round moved some on
+        (the next tick's due work comes first, then the next slice). Walks the table by
+        primary key, so a row it cannot move on (another code's custom schedule, R25) is
+        passed, not re-read."""
         if delay < FILL_MIN_SLEEP:
             return delay
         started = time.monotonic()
@@ -238,8 +241,13 @@ class Engine:
         while True:
             fires: tuple[ToFire, ...] = ()
             claims: list[Claim] = []
+            # a slice sized to the time left, by what a row took so far (a loaded machine
+            # takes longer per row: the slice shrinks, the next slot does not wait)
+            per_row, left = self._fill_row_seconds, budget - (time.monotonic() - started)
+            size = FILL_SLICE if not per_row else max(1, min(FILL_SLICE, int(left / per_row)))
+            sliced = time.monotonic()
             with db.atomic():
-                rows = due_query.fetch_unfilled(self._fill_after, FILL_SLICE, lock=True)
+                rows = due_query.fetch_unfilled(self._fill_after, size, lock=True)
                 decided = self.triage.decide(rows, now, self._late_after(now))
                 fires = decided.fires
                 if decided.wake is not None:
@@ -253,9 +261,11 @@ class Engine:
                         self.set_aside(due.id, due.name, describe_row_error(exc))
             if claims:
                 self._publish(fires, claims, now)
+            if rows:
+                self._fill_row_seconds = (time.monotonic() - sliced) / len(rows)
             customs = self.triage.customs
             moved += sum(1 for r in rows if r.kind != Kind.CUSTOM or r.name in customs)
-            if len(rows) < FILL_SLICE:
+            if len(rows) < size:
                 self._fill_after = 0  # the end of the table: the next round starts over
                 break
             self._fill_after = rows[-1].pk

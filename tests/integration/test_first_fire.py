@@ -5,6 +5,7 @@ never before it; ``api.add_schedules`` streams its entries."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -235,24 +236,27 @@ def test_beat_fires_the_due_row_before_filling_rows_without_a_next_fire(
 def test_the_fill_is_bounded_per_tick_and_goes_on_after_each_ticks_due_work(
     make_engine: Any, make_schedule: Any, publisher: Any, t0: dt.datetime, monkeypatch: Any
 ) -> None:
-    """One slice per tick when its time is up (FILL_SECONDS 0): FILL_SLICE rows, then no
-    sleep (more to fill) until the table is filled; every row gets the value beat computes
-    (the next 08:00), the due schedule keeps firing in between."""
+    """One slice per tick when its time is up (FILL_SECONDS 0): at most FILL_SLICE rows,
+    then no sleep (more to fill) until the table is filled; every row gets the value beat
+    computes (the next 08:00), and the due schedule fires at every tick in between."""
     monkeypatch.setattr(engine_module, "FILL_SECONDS", 0.0)
     slice_ = engine_module.FILL_SLICE
-    _rows_without_next_fire(3 * slice_ + 5)
+    total = 3 * slice_ + 5
+    _rows_without_next_fire(total)
     make_schedule("due", every=1, next_fire_at=t0)
     engine = make_engine()
-    now, filled, sleeps = t0, [], []  # type: ignore[var-annotated]
-    for _ in range(4):
+    now, filled, sleeps = t0, [0], []
+    while filled[-1] < total and len(sleeps) < 10 * total:
         now += S
         sleeps.append(engine.tick(now))
-        filled.append(
-            Schedule.objects.filter(name__startswith="new-").exclude(next_fire_at=None).count()
-        )
-    assert filled == [slice_, 2 * slice_, 3 * slice_, 3 * slice_ + 5]
-    assert sleeps[:3] == [0.0, 0.0, 0.0] and sleeps[3] > 0
-    assert publisher.slots("due") == [t0, t0 + 2 * S, t0 + 3 * S, t0 + 4 * S]  # every tick
+        new = Schedule.objects.filter(name__startswith="new-").exclude(next_fire_at=None)
+        filled.append(new.count())
+    steps = [b - a for a, b in itertools.pairwise(filled)]
+    assert steps[0] == slice_ and all(1 <= step <= slice_ for step in steps)
+    assert filled[-1] == total and sleeps == [0.0] * len(sleeps)  # no sleep while filling
+    assert engine.tick(now + S) > 0  # all filled: beat sleeps again
+    sleeps.append(0.0)
+    assert len(publisher.slots("due")) == len(sleeps)  # one fire per tick, fill or not
     fires = set(Schedule.objects.filter(name__startswith="new-").values_list("next_fire_at"))
     assert fires == {(t0.replace(hour=8) + dt.timedelta(days=1),)}
 
