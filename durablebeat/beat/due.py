@@ -130,13 +130,19 @@ def fetch_due(horizon: dt.datetime, limit: int, lock: bool = False) -> list[Sche
 
 def has_unfilled() -> bool:
     """Is there an enabled row without a next fire (R33: a raw SQL insert, a custom
-    schedule, a new interval written while no beat ran)? The first of them, by the index."""
-    return bool(_fetch(0, _SENTINELS[0], 1, False))
+    schedule, a new interval written while no beat ran)? Any one, unordered: the index's
+    first entry (ordered by primary key, 200,000 such rows were sorted at every tick)."""
+    sql, params = _compiled(0, _SENTINELS[0], 1, False)
+    with db.connection().cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchone() is not None
 
 
 def fetch_unfilled(after: int, limit: int, lock: bool = False) -> list[Schedule]:
-    """Up to ``limit`` enabled rows without a next fire, by primary key after ``after``:
-    a slice of what beat fills after its due work (R33). ``lock`` as ``fetch_due``'s."""
+    """Up to ``limit`` enabled rows without a next fire whose primary key is above
+    ``after``, in no order (an order would sort every such row for each slice): a slice of
+    what beat fills after its due work (R33), the next slice after the largest key of this
+    one; a row passed over is found by the next pass. ``lock`` as ``fetch_due``'s."""
     query = _probe(0, _SENTINELS[0], limit, lock, after=after)
     sql, params = query.query.get_compiler(db.alias()).as_sql()
     with db.connection().cursor() as cur:
@@ -212,8 +218,8 @@ def _conversions(columns: tuple[str, ...]) -> tuple[list[str], list[tuple[int, l
 def _probe(
     probe: int, horizon: dt.datetime, n: int, lock: bool, after: int = 0
 ) -> QuerySet[Schedule]:
-    if probe == 0:
-        query = _due_rows().filter(next_fire_at__isnull=True).order_by("pk")
+    if probe == 0:  # rows to fill (R33), unordered: see ``has_unfilled``
+        query = _due_rows().filter(next_fire_at__isnull=True).order_by()
         if after:
             query = query.filter(pk__gt=after)
     else:

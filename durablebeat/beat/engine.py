@@ -246,8 +246,9 @@ class Engine:
             per_row, left = self._fill_row_seconds, budget - (time.monotonic() - started)
             size = FILL_SLICE if not per_row else max(1, min(FILL_SLICE, int(left / per_row)))
             sliced = time.monotonic()
+            after = self._fill_after
             with db.atomic():
-                rows = due_query.fetch_unfilled(self._fill_after, size, lock=True)
+                rows = due_query.fetch_unfilled(after, size, lock=True)
                 decided = self.triage.decide(rows, now, self._late_after(now))
                 fires = decided.fires
                 if decided.wake is not None:
@@ -265,16 +266,21 @@ class Engine:
                 self._fill_row_seconds = (time.monotonic() - sliced) / len(rows)
             customs = self.triage.customs
             moved += sum(1 for r in rows if r.kind != Kind.CUSTOM or r.name in customs)
+            more = True
             if len(rows) < size:
-                self._fill_after = 0  # the end of the table: the next round starts over
-                break
-            self._fill_after = rows[-1].pk
-            if time.monotonic() - started >= budget:
+                # the end of the table: start over, for the rows a slice passed over (it
+                # reads in no order), unless this pass started there
+                self._fill_after, more = 0, bool(after)
+            else:
+                self._fill_after = max(row.pk for row in rows)
+            if not more or time.monotonic() - started >= budget:
                 break
         if wake is not None:
             delay = min(delay, sleep_until(wake, now, delay))
-        if self._fill_after and moved:
-            return 0.0  # more to fill: straight on, after the next tick's due work
+        if more and (moved or not self._fill_after):
+            # more to fill (or a pass to start over): straight on, after the next tick's due
+            # work; a pass that moves nothing on sleeps (R21)
+            return 0.0
         return delay
 
     def _after_due(self, now: dt.datetime, delay: float) -> float:

@@ -252,7 +252,11 @@ def test_the_fill_is_bounded_per_tick_and_goes_on_after_each_ticks_due_work(
         new = Schedule.objects.filter(name__startswith="new-").exclude(next_fire_at=None)
         filled.append(new.count())
     steps = [b - a for a, b in itertools.pairwise(filled)]
-    assert steps[0] == slice_ and all(1 <= step <= slice_ for step in steps)
+    # the first slice is FILL_SLICE rows; the next ones are sized to the time left (none
+    # here: one row each); a slice is read in no order (no sort of every row to fill), so
+    # one may come back short at the table's end, and the next pass picks up the rest
+    assert steps[0] == slice_ and all(0 <= step <= slice_ for step in steps)
+    assert len(steps) <= 2 * total
     assert filled[-1] == total and sleeps == [0.0] * len(sleeps)  # no sleep while filling
     assert engine.tick(now + S) > 0  # all filled: beat sleeps again
     sleeps.append(0.0)
