@@ -120,11 +120,12 @@ def edit_rules(row: Schedule, changed: set[str], is_new: bool, now: dt.datetime)
     """What an edit does to the next fire, on every path (the admin, ``save()``,
     ``bulk_update()``, the API); returns notes for a person (R2, R6, R29).
 
-    A timing change makes it a new schedule: beat recomputes the next fire (interval: now +
-    startup grace; crontab: its next slot), so no slot of the old timing fires after the
-    edit, unless the editor set the next fire themselves. Enabling a schedule whose stored
-    next fire passed while it was disabled does the same, so those slots are not reported
-    as missed by a beat that was running all along.
+    A timing change makes it a new schedule: its next fire is cleared here and computed
+    afresh (interval: now + startup grace; crontab: its next slot), by the writer as the
+    edit commits (``first_fire.FirstFires``, R33) or else by beat, so no slot of the old
+    timing fires after the edit, unless the editor set the next fire themselves. Enabling
+    a schedule whose stored next fire passed while it was disabled does the same, so those
+    slots are not reported as missed by a beat that was running all along.
     """
     notes: list[str] = []
     if is_new:
@@ -477,7 +478,8 @@ class Schedule(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Every save is an edit checked as the admin checks one (R20, R21, R29): an invalid
         value raises ``ValidationError`` naming the field, a timing change recomputes the
-        next fire, and beat validates the row afresh."""
+        next fire, and beat validates the row afresh. A row without a next fire gets its
+        first one here, as it commits (R33)."""
         self.error = ""
         is_new = self.pk is None  # a row built by hand with a pk is an edit of that row
         update_fields = kwargs.get("update_fields")
