@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 import json
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -33,6 +34,7 @@ from .beat.codesync import OWN_FIELDS, CodeEntry, ShapeCache, celery_timezone
 from .core import clock, timing
 from .core.errors import InvalidSchedule
 from .enums import RUN_NOW_API, Kind, Source
+from .first_fire import FirstFires
 from .models import (
     EDIT_RULE_FIELDS,
     MESSAGE_FIELDS,
@@ -40,6 +42,7 @@ from .models import (
     POLICY_FIELDS,
     TIMING_FIELDS,
     Schedule,
+    beat_alive,
     edit_rules,
 )
 
@@ -162,45 +165,77 @@ def add_schedule(
 
 
 def add_schedules(
-    entries: Mapping[str, Mapping[str, Any]], *, paused: bool | None = None
+    entries: Mapping[str, Mapping[str, Any]] | Iterable[tuple[str, Mapping[str, Any]]],
+    *,
+    paused: bool | None = None,
 ) -> Written:
     """Create or replace many schedules in one transaction: ``entries`` is shaped as
-    ``beat_schedule`` is ({name: {"task": ..., "schedule": ...}}), each may add a
-    ``"timezone"`` (as ``add_schedule``'s). All or nothing: one bad entry raises
-    ``InvalidSchedule`` naming it, and none is written. Entries that differ only in name,
-    args and kwargs are checked as one (``codesync.ShapeCache``) and, on PostgreSQL,
-    written by ``COPY``: 10,000 in about a second (benchmarks/README.md)."""
+    ``beat_schedule`` is ({name: {"task": ..., "schedule": ...}}), or any iterable of
+    (name, entry) pairs (a generator: read as it is written, ``WRITE_CHUNK`` at a time, so
+    that a million entries never sit in memory at once; a name given twice takes its last
+    entry); each may add a ``"timezone"`` (as ``add_schedule``'s). All or nothing: one bad
+    entry raises ``InvalidSchedule`` naming it, and none is written. Entries that differ
+    only in name, args and kwargs are checked as one (``codesync.ShapeCache``) and, on
+    PostgreSQL, written by ``COPY``: 10,000 in about a second (benchmarks/README.md).
+
+    Each new row's first fire is written with it (R33), computed once per distinct timing
+    (``first_fire.FirstFires``): beat never has new rows to compute before its due work."""
     now = clock.now()
     shapes, zone = ShapeCache(), _default_zone()
-    parsed = [_parse(name, entry, shapes, zone) for name, entry in entries.items()]
+    fires = FirstFires(now, lambda: beat_alive(now))
+    pairs = entries.items() if isinstance(entries, Mapping) else entries
+    created = replaced = unchanged = 0
+    with db.atomic():
+        for chunk in _chunks(iter(pairs), WRITE_CHUNK):
+            parsed = {name: _parse(name, entry, shapes, zone) for name, entry in chunk}
+            c, r, u = _write(list(parsed.values()), paused, now, fires)
+            created, replaced, unchanged = created + c, replaced + r, unchanged + u
+    return Written(created, replaced, unchanged)
+
+
+#: entries read, checked and written at a time by ``add_schedules`` (its memory's bound)
+WRITE_CHUNK = 10_000
+
+
+def _chunks(
+    pairs: Iterator[tuple[str, Mapping[str, Any]]], size: int
+) -> Iterator[list[tuple[str, Mapping[str, Any]]]]:
+    while chunk := list(itertools.islice(pairs, size)):
+        yield chunk
+
+
+def _write(
+    parsed: list[CodeEntry], paused: bool | None, now: dt.datetime, fires: FirstFires
+) -> tuple[int, int, int]:
+    """One chunk of ``add_schedules``, inside its transaction: (created, replaced,
+    unchanged)."""
     created: list[CodeEntry] = []
     replaced: list[Schedule] = []
     unchanged, changed = 0, set[str]()
-    with db.atomic():
-        stored = _locked_rows([code.name for code in parsed])
-        for code in parsed:
-            row = stored.get(code.name)
-            _refuse_passed_one_off(code, row, now)
-            if row is None:
-                created.append(code)
-                continue
-            _refuse_code_owned(row)
-            before = _values(row)
-            code.apply_to(row)
-            if paused is not None:
-                row.enabled = not paused
-            if row.deleted_at is not None:
-                row.deleted_at, row.enabled = None, paused is not True
-            if _values(row) == before:
-                unchanged += 1
-                continue
-            _edited(row, now)
-            after = zip(_COMPARED, before, _values(row), strict=True)
-            changed |= {name for name, old, new in after if old != new}
-            replaced.append(row)
-        _create(created, enabled=paused is not True)
-        _rewrite(replaced, changed)
-    return Written(len(created), len(replaced), unchanged)
+    stored = _locked_rows([code.name for code in parsed])
+    for code in parsed:
+        row = stored.get(code.name)
+        _refuse_passed_one_off(code, row, now)
+        if row is None:
+            created.append(code)
+            continue
+        _refuse_code_owned(row)
+        before = _values(row)
+        code.apply_to(row)
+        if paused is not None:
+            row.enabled = not paused
+        if row.deleted_at is not None:
+            row.deleted_at, row.enabled = None, paused is not True
+        if _values(row) == before:
+            unchanged += 1
+            continue
+        _edited(row, now, fires)
+        after = zip(_COMPARED, before, _values(row), strict=True)
+        changed |= {name for name, old, new in after if old != new}
+        replaced.append(row)
+    _create(created, paused is not True, now, fires)
+    _rewrite(replaced, changed)
+    return len(created), len(replaced), unchanged
 
 
 def update_schedule(
@@ -503,18 +538,20 @@ def _values(row: Schedule) -> tuple[Any, ...]:
     )
 
 
-def _create(codes: list[CodeEntry], enabled: bool) -> None:
-    """Insert a new row for each of ``codes``, already checked (``parse_entry``): on
-    PostgreSQL by ``COPY``, each shape's row built once (``ShapeCache``: its entries differ
-    only in ``OWN_FIELDS``), elsewhere by ``bulk_create`` (which would check them again)."""
+def _create(codes: list[CodeEntry], enabled: bool, now: dt.datetime, fires: FirstFires) -> None:
+    """Insert a new row for each of ``codes``, already checked (``parse_entry``), with its
+    first fire (R33): on PostgreSQL by ``COPY``, each shape's row built once (``ShapeCache``:
+    its entries differ only in ``OWN_FIELDS``), elsewhere by ``bulk_create`` (which would
+    check them again)."""
     if not codes:
         return
     connection = db.connection()
     if not _copies(connection):
-        rows = [_new_row(code, enabled) for code in codes]
+        rows = [_new_row(code, enabled, fires) for code in codes]
         Schedule.objects.bulk_create(rows, batch_size=CHUNK, _checked=True)
         return
-    now = clock.now()  # what ``created_at``'s and ``updated_at``'s ``pre_save`` would read
+    if any(isinstance(code.spec, timing.Interval) for code in codes):
+        fires.beat_seen()  # its query before the COPY, which holds the connection
     fields = [f for f in Schedule._meta.concrete_fields if not f.primary_key]
     columns = _Columns(fields, connection)
     own = [(i, f) for i, f in enumerate(fields) if f.name in OWN_FIELDS]
@@ -522,9 +559,9 @@ def _create(codes: list[CodeEntry], enabled: bool) -> None:
 
     def values(code: CodeEntry) -> list[Any]:
         if code.shape is None:
-            return columns.of(_new_row(code, enabled, now))
+            return columns.of(_new_row(code, enabled, fires, now))
         if (shape := shapes.get(code.shape)) is None:
-            shape = shapes[code.shape] = columns.of(_new_row(code, enabled, now))
+            shape = shapes[code.shape] = columns.of(_new_row(code, enabled, fires, now))
         values = shape.copy()
         for i, f in own:
             values[i] = columns.db_value(f, getattr(code, f.name))
@@ -535,10 +572,15 @@ def _create(codes: list[CodeEntry], enabled: bool) -> None:
     wakeup.schedules_changed()  # where no trigger says it (R6)
 
 
-def _new_row(code: CodeEntry, enabled: bool, now: dt.datetime | None = None) -> Schedule:
+def _new_row(
+    code: CodeEntry, enabled: bool, fires: FirstFires, now: dt.datetime | None = None
+) -> Schedule:
+    """A new row of ``code`` with its first fire (R33); ``now``: its ``created_at`` and
+    ``updated_at``, written past ``pre_save`` (``COPY``)."""
     row = Schedule(name=code.name, source=Source.DATABASE, enabled=enabled, error="")
     code.apply_to(row)
-    if now is not None:  # written past ``pre_save``
+    fires.fill(row)
+    if now is not None:
         row.created_at = row.updated_at = now
     return row
 
@@ -635,11 +677,12 @@ class _Columns:
         return value
 
 
-def _edited(row: Schedule, now: dt.datetime) -> None:
+def _edited(row: Schedule, now: dt.datetime, fires: FirstFires) -> None:
     """A replace written by ``_rewrite``, which does not go through ``save()``: what a save
-    does to it, the edit rules (a timing change recomputes the next fire) and a fresh look
-    by beat."""
+    does to it, the edit rules (a timing change recomputes the next fire, written with the
+    row: R33) and a fresh look by beat."""
     edit_rules(row, row.changed_fields(), False, now)
+    fires.fill(row)
     row.error, row.updated_at = "", now
 
 

@@ -13,9 +13,10 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.sql import Query
 
-from . import db, wakeup
+from . import conf, db, wakeup
 from .core import clock, solar, timing
 from .enums import IN_FLIGHT_STATES, UNTRACKED, Failure, Kind, Overlap, Reason, RunState, Source
+from .first_fire import FirstFires
 from .validation import validate_schedule_fields
 
 #: A schedule's fields by what they are about: the one place that names them together (the
@@ -119,11 +120,12 @@ def edit_rules(row: Schedule, changed: set[str], is_new: bool, now: dt.datetime)
     """What an edit does to the next fire, on every path (the admin, ``save()``,
     ``bulk_update()``, the API); returns notes for a person (R2, R6, R29).
 
-    A timing change makes it a new schedule: beat recomputes the next fire (interval: now +
-    startup grace; crontab: its next slot), so no slot of the old timing fires after the
-    edit, unless the editor set the next fire themselves. Enabling a schedule whose stored
-    next fire passed while it was disabled does the same, so those slots are not reported
-    as missed by a beat that was running all along.
+    A timing change makes it a new schedule: its next fire is cleared here and computed
+    afresh (interval: now + startup grace; crontab: its next slot), by the writer as the
+    edit commits (``first_fire.FirstFires``, R33) or else by beat, so no slot of the old
+    timing fires after the edit, unless the editor set the next fire themselves. Enabling
+    a schedule whose stored next fire passed while it was disabled does the same, so those
+    slots are not reported as missed by a beat that was running all along.
     """
     notes: list[str] = []
     if is_new:
@@ -131,7 +133,8 @@ def edit_rules(row: Schedule, changed: set[str], is_new: bool, now: dt.datetime)
     if "enabled" in changed and row.enabled and "enabled_at" not in changed:
         row.enabled_at = now  # check's no_success counts its periods from here
     if "next_fire_at" in changed:
-        row.next_fire_reason = Reason.SCHEDULED
+        if row.__dict__.get("_first_fire") != row.next_fire_at:  # not ``FirstFires``'s
+            row.next_fire_reason = Reason.SCHEDULED
         return notes
     if changed & TIMING_FIELDS_SET:
         row.next_fire_at = None
@@ -142,6 +145,14 @@ def edit_rules(row: Schedule, changed: set[str], is_new: bool, now: dt.datetime)
         row.next_fire_reason = Reason.SCHEDULED
         notes.append("Enabled: its old next fire had passed, beat computes a new one.")
     return notes
+
+
+def beat_alive(now: dt.datetime) -> bool:
+    """A beat is alive at ``now``: not stopped, its heartbeat fresher than
+    ``HEARTBEAT_STALE_AFTER`` (R17). A writer's question (``FirstFires``): may a new
+    interval's startup grace start at the write (R2, R33)?"""
+    fresh = now - conf.settings.HEARTBEAT_STALE_AFTER
+    return Boot.objects.filter(stopped_at__isnull=True, heartbeat_at__gte=fresh).exists()
 
 
 def refuse_invalid(rows: Iterable[Schedule]) -> None:
@@ -267,6 +278,10 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             obj.error = ""
         if not _checked:
             refuse_invalid(objs)
+        now = clock.now()
+        fires = FirstFires(now, lambda: beat_alive(now))  # R33: known when the write commits
+        for obj in objs:
+            fires.fill(obj)
         created = super().bulk_create(objs, *args, **kwargs)
         if created:
             wakeup.schedules_changed()
@@ -279,6 +294,9 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             for obj in objs:
                 edit_rules(obj, obj.changed_fields(), False, now)
             fields += [f for f in EDIT_RULE_FIELDS if f not in fields]
+            fires = FirstFires(now, lambda: beat_alive(now))  # R33: the first fire, at the write
+            for obj in objs:
+                fires.fill(obj)
         refuse_invalid(objs)
         n = super().bulk_update(objs, fields, *args, **kwargs)
         for obj in objs:
@@ -482,17 +500,20 @@ class Schedule(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Every save is an edit checked as the admin checks one (R20, R21, R29): an invalid
         value raises ``ValidationError`` naming the field, a timing change recomputes the
-        next fire, and beat validates the row afresh."""
+        next fire, and beat validates the row afresh. A row without a next fire gets its
+        first one here, as it commits (R33)."""
         self.error = ""
         is_new = self.pk is None  # a row built by hand with a pk is an edit of that row
         update_fields = kwargs.get("update_fields")
+        now = clock.now()
+        before = (self.next_fire_at, self.next_fire_reason, self.enabled_at)
         if not is_new:
-            before = (self.next_fire_at, self.next_fire_reason, self.enabled_at)
-            edit_rules(self, self.changed_fields(), False, clock.now())
-            after = (self.next_fire_at, self.next_fire_reason, self.enabled_at)
-            if update_fields is not None and before != after:
-                kwargs["update_fields"] = update_fields = {*update_fields, *EDIT_RULE_FIELDS}
+            edit_rules(self, self.changed_fields(), False, now)
         refuse_invalid([self])
+        FirstFires(now, lambda: beat_alive(now)).fill(self)  # R33: known when it commits
+        after = (self.next_fire_at, self.next_fire_reason, self.enabled_at)
+        if update_fields is not None and before != after:
+            kwargs["update_fields"] = update_fields = {*update_fields, *EDIT_RULE_FIELDS}
         super().save(*args, **kwargs)
         self.remember_stored()
         if update_fields is None or WAKE_FIELDS & set(update_fields):

@@ -114,16 +114,16 @@ def why_late(
     slot: dt.datetime,
     now: dt.datetime,
     one_off: int | None = None,
-    first_sight: bool = False,
+    stored_next: dt.datetime | None = None,
 ) -> str:
     """R31: why a slot is found only at ``now``. A one-off (``one_off``: its schedule's id)
     written after its own instant was never due while a beat could fire it: said so, when
-    it was made after it, or (``first_sight``: beat had no next fire for it) last written
-    after it. Else a beat that was running at the slot (it started before it and was heard
-    from after it) found it late, by how much; else none was running, or none could reach
-    the database."""
+    it was made after it, or last written after it with its next fire already past
+    (``stored_next``: the next fire its row held when beat found it; None, none yet). Else
+    a beat that was running at the slot (it started before it and was heard from after it)
+    found it late, by how much; else none was running, or none could reach the database."""
     if one_off is not None:
-        written = _written_after(one_off, slot, first_sight)
+        written = _written_after(one_off, slot, stored_next)
         if written:
             return written[:WHY_MAX]
     ran = (
@@ -142,7 +142,7 @@ def why_late(
     return why[-WHY_MAX:]  # the ledger keeps 300 characters: a long host name loses its start
 
 
-def _written_after(schedule_id: int, slot: dt.datetime, first_sight: bool) -> str:
+def _written_after(schedule_id: int, slot: dt.datetime, stored_next: dt.datetime | None) -> str:
     """Why a one-off's ``slot`` came late when it was written after it (issue 39: a one-off
     for an instant already past, written from code, read "no beat could fire it" while a
     beat was running); "" when it was not."""
@@ -153,6 +153,9 @@ def _written_after(schedule_id: int, slot: dt.datetime, first_sight: bool) -> st
             f"the one-off was made {duration_words(created - slot)} after its instant "
             f"(at {created.isoformat(timespec='seconds')}): it did not exist when its instant came"
         )
+    # Its writer stored a next fire already past (R33: the writer computes it), or left
+    # none for beat: the write came after the instant, so no beat could have fired it then.
+    first_sight = stored_next is None or (updated is not None and stored_next <= updated)
     if first_sight and updated is not None and updated > slot:
         return (
             f"the one-off was written {duration_words(updated - slot)} after its instant "

@@ -76,12 +76,12 @@ def apply_miss(due: Due, action: Miss, boot_id: uuid.UUID, now: dt.datetime) -> 
         return True
 
 
-def _one_off(due: Due) -> tuple[int | None, bool]:
+def _one_off(due: Due) -> tuple[int | None, dt.datetime | None]:
     """``why_late``'s one-off arguments: the schedule's id when it is a one-off (its slot
-    may predate its write), and whether beat had no next fire for it yet."""
+    may predate its write), and the next fire its row held when beat found it."""
     if isinstance(due.spec, timing.Clocked):
-        return due.id, due.next_fire_at is None
-    return None, False
+        return due.id, due.next_fire_at
+    return None, None
 
 
 def _record_missed(due: Due, missed: Any, boot_id: uuid.UUID, now: dt.datetime) -> None:

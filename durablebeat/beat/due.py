@@ -112,26 +112,49 @@ def _last_run(schedule_id: int) -> dt.datetime | None:
 
 
 def fetch_due(horizon: dt.datetime, limit: int, lock: bool = False) -> list[Schedule]:
-    """What is new (no next fire yet), then what is due now or before ``horizon``, in order.
+    """What is due now or before ``horizon``, in order. Rows without a next fire are not
+    here: they are filled after the due work (``fetch_unfilled``), never before it (R33).
 
-    Two probes of the partial index, not one ``OR``: an ``OR`` makes PostgreSQL use a
-    bitmap scan, which never marks the index entries of dead row versions as dead, so each
-    wake-up walked every slot fired since the last vacuum (idle cost growing with N). A
-    plain ordered index scan stops at ``limit`` and prunes them as it goes.
+    One probe of the partial index, never an ``OR`` with the rows to fill: an ``OR`` makes
+    PostgreSQL use a bitmap scan, which never marks the index entries of dead row versions
+    as dead, so each wake-up walked every slot fired since the last vacuum (idle cost
+    growing with N). A plain ordered index scan stops at ``limit`` and prunes them as it
+    goes.
 
     ``lock`` (inside a transaction): take the rows with ``FOR UPDATE SKIP LOCKED`` on
     PostgreSQL, MariaDB 10.6+ and MySQL 8, so that several beats on one burst each take a
     different batch instead of queueing behind one another's row locks (ignored where rows
     cannot be locked: SQLite serialises write transactions anyway)."""
-    rows: list[Schedule] = []
-    for probe in (0, 1):
-        if len(rows) >= limit:
-            break
-        sql, params = _compiled(probe, horizon, limit - len(rows), lock)
-        with db.connection().cursor() as cur:
-            cur.execute(sql, params)
-            rows += _instances(cur)
-    return rows
+    return _fetch(1, horizon, limit, lock)
+
+
+def has_unfilled() -> bool:
+    """Is there an enabled row without a next fire (R33: a raw SQL insert, a custom
+    schedule, a new interval written while no beat ran)? Any one, unordered: the index's
+    first entry (ordered by primary key, 200,000 such rows were sorted at every tick)."""
+    sql, params = _compiled(0, _SENTINELS[0], 1, False)
+    with db.connection().cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchone() is not None
+
+
+def fetch_unfilled(after: int, limit: int, lock: bool = False) -> list[Schedule]:
+    """Up to ``limit`` enabled rows without a next fire whose primary key is above
+    ``after``, in no order (an order would sort every such row for each slice): a slice of
+    what beat fills after its due work (R33), the next slice after the largest key of this
+    one; a row passed over is found by the next pass. ``lock`` as ``fetch_due``'s."""
+    query = _probe(0, _SENTINELS[0], limit, lock, after=after)
+    sql, params = query.query.get_compiler(db.alias()).as_sql()
+    with db.connection().cursor() as cur:
+        cur.execute(sql, params)
+        return _instances(cur)
+
+
+def _fetch(probe: int, horizon: dt.datetime, limit: int, lock: bool) -> list[Schedule]:
+    sql, params = _compiled(probe, horizon, limit, lock)
+    with db.connection().cursor() as cur:
+        cur.execute(sql, params)
+        return _instances(cur)
 
 
 def _instances(cur: Any) -> list[Schedule]:
@@ -192,9 +215,13 @@ def _conversions(columns: tuple[str, ...]) -> tuple[list[str], list[tuple[int, l
     return found
 
 
-def _probe(probe: int, horizon: dt.datetime, n: int, lock: bool) -> QuerySet[Schedule]:
-    if probe == 0:
-        query = _due_rows().filter(next_fire_at__isnull=True).order_by("pk")
+def _probe(
+    probe: int, horizon: dt.datetime, n: int, lock: bool, after: int = 0
+) -> QuerySet[Schedule]:
+    if probe == 0:  # rows to fill (R33), unordered: see ``has_unfilled``
+        query = _due_rows().filter(next_fire_at__isnull=True).order_by()
+        if after:
+            query = query.filter(pk__gt=after)
     else:
         query = _due_rows().filter(next_fire_at__lte=horizon).order_by("next_fire_at")
     if lock:

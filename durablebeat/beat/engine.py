@@ -13,6 +13,7 @@ import datetime as dt
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass, field
@@ -21,7 +22,7 @@ from django.db import DatabaseError
 
 from .. import conf, db
 from ..core import clock, timing
-from ..enums import Reason
+from ..enums import Kind, Reason
 from ..validation import known_task_names
 from . import dberrors, dispatch, publishing
 from . import due as due_query
@@ -51,6 +52,12 @@ MIN_WAKE = 0.001
 #: the shortest sleep ahead that makes room for the work after the due work (its rounds
 #: take at most ``retention.ROUND_SECONDS``)
 AFTER_DUE_MIN_SLEEP = 0.5
+#: R33: the fill of rows without a next fire, after the due work: rows per slice (one
+#: transaction), the time a round of slices may take (at most half the sleep ahead), and
+#: the shortest sleep ahead that makes room for one
+FILL_SLICE = 25
+FILL_SECONDS = 0.05
+FILL_MIN_SLEEP = 0.05
 
 
 @dataclass
@@ -87,6 +94,10 @@ class Engine:
     retries: Retries = field(default_factory=Retries)
     #: since when every tick has found a full batch due (a burst larger than one batch)
     _backlog_since: dt.datetime | None = None
+    #: where the fill of rows without a next fire is (a primary key; 0: from the start)
+    _fill_after: int = 0
+    #: the seconds a row of the last slice took to fill (sizes the next slice)
+    _fill_row_seconds: float = 0.0
     #: the boot, the reconnects and the heartbeat (R5, R17, R23, R26)
     session: Session = field(init=False)
     #: decides each batch of due rows; sets bad rows aside (R21)
@@ -166,6 +177,9 @@ class Engine:
                     idle = max(MIN_SLEEP, self.session.next_heartbeat_in(now))
                 horizon = now + dt.timedelta(seconds=idle)
                 rows = due_query.fetch_due(horizon, limit, lock=True)
+                # R33: rows without a next fire wait for the due work (``_fill``); asked
+                # here, in the due transaction, so an idle tick costs no more statements
+                unfilled = due_query.has_unfilled()
                 decided = self.triage.decide(rows, now, self._late_after(now))
                 fires, wake = decided.fires, decided.wake
                 if decided.interrupted is not None:
@@ -193,7 +207,8 @@ class Engine:
         if claims:
             # The first batch of a burst, or of any tick: its first message leaves at once.
             self._publish(fires, claims, now, first_alone=self._backlog_since is None)
-        if len(rows) >= limit and (rows[-1].next_fire_at is None or rows[-1].next_fire_at <= now):
+        last = rows[-1].next_fire_at if rows else None
+        if len(rows) >= limit and last is not None and last <= now:
             # A full batch of due slots: there may be more behind it. (A full batch whose
             # last row is still to come is not a backlog: beat sleeps until its first.)
             self._backlog_since = self._backlog_since or now
@@ -205,7 +220,70 @@ class Engine:
         if retry_at is not None:
             wake = retry_at if wake is None else min(wake, retry_at)
         delay = max(MIN_SLEEP, idle) if wake is None else sleep_until(wake, now, idle)
+        if unfilled:
+            delay = self._fill(now, delay)
         return self._after_due(now, delay)
+
+    def _fill(self, now: dt.datetime, delay: float) -> float:
+        """R33: rows without a next fire (a raw SQL insert, a custom schedule, a new
+        interval written while no beat ran), decided as the due rows are, after the due
+        work: slices of at most ``FILL_SLICE`` rows for at most ``FILL_SECONDS`` (or half
+        the sleep ahead), each slice in a transaction of its own and sized to the time
+        left, so the next slot does not wait on one. Returns the sleep: sooner when a
+        filled row is due sooner, and none when rows are left and this round moved some on
+        (the next tick's due work comes first, then the next slice). Walks the table by
+        primary key, so a row it cannot move on (another code's custom schedule, R25) is
+        passed, not re-read."""
+        if delay < FILL_MIN_SLEEP:
+            return delay
+        started = time.monotonic()
+        budget = min(FILL_SECONDS, delay / 2)
+        wake: dt.datetime | None = None
+        moved = 0
+        while True:
+            fires: tuple[ToFire, ...] = ()
+            claims: list[Claim] = []
+            # a slice sized to the time left, by what a row took so far (a loaded machine
+            # takes longer per row: the slice shrinks, the next slot does not wait)
+            per_row, left = self._fill_row_seconds, budget - (time.monotonic() - started)
+            size = FILL_SLICE if not per_row else max(1, min(FILL_SLICE, int(left / per_row)))
+            sliced = time.monotonic()
+            after = self._fill_after
+            with db.atomic():
+                rows = due_query.fetch_unfilled(after, size, lock=True)
+                decided = self.triage.decide(rows, now, self._late_after(now))
+                fires = decided.fires
+                if decided.wake is not None:
+                    wake = decided.wake if wake is None else min(wake, decided.wake)
+                if decided.interrupted is not None:
+                    raise decided.interrupted
+                if fires:
+                    claimed = claim_or_split(fires, self.boot_id, now)
+                    claims = claimed.claims
+                    for due, exc in claimed.refused:
+                        self.set_aside(due.id, due.name, describe_row_error(exc))
+            if claims:
+                self._publish(fires, claims, now)
+            if rows:
+                self._fill_row_seconds = (time.monotonic() - sliced) / len(rows)
+            customs = self.triage.customs
+            moved += sum(1 for r in rows if r.kind != Kind.CUSTOM or r.name in customs)
+            more = True
+            if len(rows) < size:
+                # the end of the table: start over, for the rows a slice passed over (it
+                # reads in no order), unless this pass started there
+                self._fill_after, more = 0, bool(after)
+            else:
+                self._fill_after = max(row.pk for row in rows)
+            if not more or time.monotonic() - started >= budget:
+                break
+        if wake is not None:
+            delay = min(delay, sleep_until(wake, now, delay))
+        if more and (moved or not self._fill_after):
+            # more to fill (or a pass to start over): straight on, after the next tick's due
+            # work; a pass that moves nothing on sleeps (R21)
+            return 0.0
+        return delay
 
     def _after_due(self, now: dt.datetime, delay: float) -> float:
         """Work that may wait (the retention's pruning, R32): after the due work, and only

@@ -7,6 +7,7 @@ database. Nothing here reads the clock or the database.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 from dataclasses import dataclass, replace
 from zoneinfo import ZoneInfo
@@ -167,14 +168,32 @@ def _first_fire(
     one_off_window: dt.timedelta,
 ) -> Action:
     spec = due.spec
-    if isinstance(spec, timing.Interval):
-        return Defer(grace_slot(spec, now, due.startup_grace), Reason.STARTUP_GRACE)  # R2
     if isinstance(spec, timing.Clocked) and spec.at <= now:
         if now - spec.at <= late_after:
             return Fire(spec.at, Reason.SCHEDULED, None)
         return _missed(due, spec, spec.at, now, caught_up, late_after, one_off_window)
     assert not isinstance(spec, timing.Custom)  # decide asks a custom schedule itself
-    return Defer(timing.next_slot(spec, now), Reason.SCHEDULED)
+    at, reason = first_fire(spec, now, due.startup_grace)
+    return Defer(at, reason)
+
+
+@functools.lru_cache(maxsize=1024)
+def first_fire(
+    spec: timing.Interval | timing.Crontab | timing.Clocked | timing.Solar,
+    now: dt.datetime,
+    grace: dt.timedelta,
+) -> tuple[dt.datetime | None, str]:
+    """A new schedule's first fire and its reason, as beat writes it for a row that has none
+    (R2) and as a writer stores it when the row's write commits (R33): an interval's after
+    the startup grace (a relative one: the first rounded slot at or after it, R25); a
+    crontab's or sun event's next slot after ``now``; a one-off's own instant (None: no
+    slot left within the search bounds). Remembered for the last distinct arguments: beat
+    filling a slice of rows written alike computes it once (it never reads the clock)."""
+    if isinstance(spec, timing.Interval):
+        return grace_slot(spec, now, grace), Reason.STARTUP_GRACE
+    if isinstance(spec, timing.Clocked):
+        return spec.at, Reason.SCHEDULED
+    return timing.next_slot(spec, now), Reason.SCHEDULED
 
 
 def _missed(

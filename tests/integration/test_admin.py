@@ -14,6 +14,7 @@ from django.urls import reverse
 
 from durablebeat.admin.ledger import FIRES_COUNTED, BootAdmin
 from durablebeat.beat import live, publishing
+from durablebeat.core import timing
 from durablebeat.enums import Reason, RunState, Source
 from durablebeat.models import Boot, Run, Schedule
 from tests.integration.admin_forms import schedule_form
@@ -174,7 +175,8 @@ def test_add_crontab_schedule(admin_client):
     row = Schedule.objects.get(name="digest")
     assert (row.kind, row.minute, row.hour, row.timezone) == ("crontab", "0", "8", "Europe/Berlin")
     assert row.source == Source.DATABASE
-    assert row.next_fire_at is None  # beat computes its first slot
+    # R33: its first slot is written with it, the next 08:00 in Berlin after the save
+    assert row.next_fire_at == timing.next_slot(row.to_spec(), row.created_at)
 
 
 @pytest.mark.parametrize(
@@ -272,7 +274,8 @@ def test_timing_change_resets_next_fire_other_edits_keep_it(admin_client, make_s
     assert (row.description, row.next_fire_at) == ("edited", stored)
     admin_client.post(change_url(row), form_data(description="edited", minute="30", **as_shown))
     row.refresh_from_db()
-    assert (row.minute, row.next_fire_at) == ("30", None)
+    # R29, R33: the new timing's next slot (08:30 Berlin), written by the save
+    assert (row.minute, row.next_fire_at) == ("30", timing.next_slot(row.to_spec(), row.updated_at))
 
 
 def test_next_fire_set_by_hand_is_kept(admin_client, make_schedule, t0):

@@ -132,9 +132,11 @@ def test_pause_and_resume(make_engine, publisher, frozen, time_machine):
     assert api.get_schedule("p").next_fire == "disabled"
     time_machine.move_to(frozen + 10 * 60 * S, tick=False)
     api.resume_schedule("p")  # its passed next fire is computed afresh, not missed
+    # R33: with a beat alive, the resume writes it: the resume's now + startup grace (R2)
+    assert api.get_schedule("p").next_fire_at == frozen + 11 * 60 * S
     for second in range(11 * 60, 13 * 60, 10):
         engine.tick(frozen + second * S)
-    assert publisher.slots() == [frozen + 12 * 60 * S]  # now + startup grace (R2)
+    assert publisher.slots() == [frozen + 11 * 60 * S, frozen + 12 * 60 * S]
     assert not Run.objects.filter(state=RunState.MISSED).exists()
 
 
@@ -212,12 +214,17 @@ def test_run_now_sends_once_with_a_manual_run(frozen, settings):
 def test_many_at_once_created_then_replaced(make_engine, publisher, frozen):
     first = api.add_schedules({f"tenant-{i}": digest(8) for i in range(2500)})
     assert first == api.Written(created=2500, replaced=0, unchanged=0)
-    make_engine().tick(frozen)  # beat gives each its next fire: 08:00 tomorrow
+    tomorrow = frozen.replace(hour=8) + dt.timedelta(days=1)
+    fires = dict(Schedule.objects.values_list("name", "next_fire_at"))
+    assert set(fires.values()) == {tomorrow}  # R33: written with the rows, 08:00 tomorrow
+    Schedule.objects.update(next_fire_at=tomorrow + dt.timedelta(days=1))  # as if moved on
     moved = {f"tenant-{i}": digest(9) for i in range(0, 2500, 2)}
     same = {f"tenant-{i}": digest(8) for i in range(1, 2500, 2)}
     assert api.add_schedules(moved | same) == api.Written(created=0, replaced=1250, unchanged=1250)
     fires = dict(Schedule.objects.values_list("name", "next_fire_at"))
-    assert fires["tenant-0"] is None and fires["tenant-1"] is not None  # R29: only the moved
+    # R29: only the moved ones get the new timing's next slot, at once (R33)
+    assert fires["tenant-0"] == tomorrow + H
+    assert fires["tenant-1"] == tomorrow + dt.timedelta(days=1)
 
 
 @pytest.mark.parametrize(
@@ -322,7 +329,10 @@ def test_rows_written_many_at_once_hold_what_a_save_writes(frozen):
     assert api.add_schedules(moved).replaced == 3
     saved("saved", entry(9, 43), Schedule.objects.get(name="saved"))
     assert columns("copied-1") == columns("saved")
-    assert columns("saved")["next_fire_at"] is None  # R29: the new timing's next slot
+    # R29, R33: the new timing's next slot, written with the row (09:15 Berlin tomorrow)
+    assert columns("saved")["next_fire_at"] == frozen.replace(hour=8, minute=15) + dt.timedelta(
+        days=1
+    )
 
 
 def test_paused_is_kept_or_set_as_asked_by_calls_that_share_a_transaction(frozen):
@@ -465,11 +475,12 @@ def _via_unloaded_instance(row: Schedule) -> None:
     ],
 )
 def test_a_timing_edit_never_fires_the_old_slot(
-    make_engine, publisher, frozen, edit: Callable[[Schedule], None]
+    make_engine, publisher, frozen, time_machine, edit: Callable[[Schedule], None]
 ):
     """The reported case: a digest at 08:00 Europe/Berlin (07:00 UTC) moved to 09:00 from
     code fired once more at 08:00. Here it fires at 09:00 Berlin, and never at 08:00."""
     morning = frozen.replace(hour=5)  # 06:00 in Berlin (UTC+1 in March)
+    time_machine.move_to(morning, tick=False)  # the write's now: its next slot is 08:00 (R33)
     api.add_schedule(
         "digest",
         TASK,

@@ -394,12 +394,17 @@ def test_a_row_that_cannot_move_on_is_set_aside(
 def test_a_full_batch_that_fired_nothing_is_not_a_backlog_to_spin_on(
     make_engine, publisher, t0, settings
 ):
-    """New rows fill the batch with startup-grace defers: nothing fired, so no zero sleep;
-    a full batch that fired goes on at once."""
+    """Overdue rows fill the batch with startup-grace defers (R7): nothing fired, so no
+    zero sleep; a full batch that fired goes on at once. (Rows without a next fire no
+    longer fill the due batch: they are filled after the due work, R33.)"""
     settings.DURABLEBEAT_BATCH_SIZE = 2
     for i in range(5):
         Schedule.objects.create(
-            name=f"new-{i}", task="tests.e2eapp.tasks.record", every=20 * S, overlap="allow"
+            name=f"new-{i}",
+            task="tests.e2eapp.tasks.record",
+            every=20 * S,
+            overlap="allow",
+            next_fire_at=t0 - 3600 * S,
         )
     engine = make_engine()
     assert engine.tick(t0) == MIN_SLEEP  # two defers (first batch), more behind them

@@ -58,13 +58,16 @@ def test_a_schedule_enabled_again_fires_from_its_next_slot(
     Schedule.objects.filter(name="running").update(enabled=True)  # already enabled
     resume("paused")
     row = Schedule.objects.get(name="paused")
-    assert row.next_fire_at is None and row.next_fire_reason == Reason.SCHEDULED
+    day_two = t0.replace(hour=8) + dt.timedelta(days=1)
+    # R33: a writer with the row in hand writes its next slot at once; update() has none,
+    # and leaves it to beat
+    written = None if resume is _via_update else day_two
+    assert row.next_fire_at == written and row.next_fire_reason == Reason.SCHEDULED
     assert row.enabled_at == morning + 90 * M
     kept = Schedule.objects.get(name="running")  # its overdue slot is beat's to fire
     assert kept.next_fire_at == t0.replace(hour=8) and kept.enabled_at != row.enabled_at
     for minute in range(90, 90 + 24 * 60 + 60, 30):  # to 08:30 the next day
         engine.tick(morning + minute * M)
-    day_two = t0.replace(hour=8) + dt.timedelta(days=1)
     assert publisher.slots("paused") == [day_two]
     assert not Run.objects.filter(schedule=row, state=RunState.MISSED).exists()
 
