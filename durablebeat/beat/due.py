@@ -128,6 +128,15 @@ def fetch_due(horizon: dt.datetime, limit: int, lock: bool = False) -> list[Sche
     return _fetch(1, horizon, limit, lock)
 
 
+def first_due(horizon: dt.datetime) -> dt.datetime | None:
+    """The earliest next fire up to ``horizon``, read without a lock: what another beat
+    holds (claiming it, or waiting for its instant, R28) counts too, which
+    ``fetch_due(lock=True)`` passes over (SKIP LOCKED). Asked first: None, and the locked
+    read is not needed (an idle tick is still two probes of the index)."""
+    rows = _fetch(1, horizon, 1, False)
+    return rows[0].next_fire_at if rows else None
+
+
 def has_unfilled() -> bool:
     """Is there an enabled row without a next fire (R33: a raw SQL insert, a custom
     schedule, a new interval written while no beat ran)? Any one, unordered: the index's

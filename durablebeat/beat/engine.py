@@ -176,12 +176,20 @@ class Engine:
                 if woken_on_change:
                     idle = max(MIN_SLEEP, self.session.next_heartbeat_in(now))
                 horizon = now + dt.timedelta(seconds=idle)
-                rows = due_query.fetch_due(horizon, limit, lock=True)
+                first = due_query.first_due(horizon)
+                rows = [] if first is None else due_query.fetch_due(horizon, limit, lock=True)
                 # R33: rows without a next fire wait for the due work (``_fill``); asked
                 # here, in the due transaction, so an idle tick costs no more statements
                 unfilled = due_query.has_unfilled()
                 decided = self.triage.decide(rows, now, self._late_after(now))
                 fires, wake = decided.fires, decided.wake
+                seen = rows[0].next_fire_at if rows else None
+                if first is not None and (seen is None or first < seen):
+                    # R4: a row another beat holds was passed over (SKIP LOCKED): look again
+                    # when it is due, not at the next heartbeat, so that this beat takes its
+                    # slots at once should that beat die holding them (an interval's slots
+                    # in between were never fired, nor counted)
+                    wake = first if wake is None else min(wake, first)
                 if decided.interrupted is not None:
                     raise decided.interrupted
                 if fires:

@@ -86,3 +86,34 @@ def test_the_due_probes_compiled_once_take_each_ticks_horizon(make_schedule, t0)
     assert [r.name for r in due.fetch_due(t0 + dt.timedelta(minutes=5), 2)] == ["s0", "s1"]
     assert due.has_unfilled() and [r.name for r in due.fetch_unfilled(0, 10)] == ["new"]
     assert due._COMPILED  # reused, not compiled again each call
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_row_another_beat_holds_wakes_this_beat_when_due_not_at_its_heartbeat(
+    make_engine, make_schedule, t0
+):
+    """R4: the due read passes over a row another beat holds (SKIP LOCKED: it is claiming
+    it, or waiting for its instant, R28). This beat still wakes when that row is due, not
+    at its next heartbeat, so that it takes the slot at once should that beat die holding
+    it: two beats on a 1-s interval lost the slots of a restart while this one slept
+    (tests/e2e/test_pooler.py's storm, under load)."""
+    import psycopg
+
+    if connection.vendor != "postgresql":
+        pytest.skip("a second connection holds the row: PostgreSQL's")
+    engine = make_engine(hooks=[])
+    engine.tick(t0, True)  # boot: the next heartbeat is an interval away
+    now = t0 + dt.timedelta(milliseconds=100)
+    make_schedule("held", every=3600, next_fire_at=now + dt.timedelta(milliseconds=500))
+    s = connection.settings_dict
+    other = psycopg.connect(
+        host=s["HOST"] or "127.0.0.1", port=s["PORT"] or 5432, user=s["USER"], dbname=s["NAME"]
+    )
+    try:
+        other.execute("SELECT id FROM durablebeat_schedule WHERE name = 'held' FOR UPDATE")
+        sleep = engine.tick(now, True)
+    finally:
+        other.close()
+    assert conf.settings.HEARTBEAT_INTERVAL.total_seconds() > 1
+    assert sleep <= 0.6, f"slept {sleep} s past a held row due in 0.5 s"
