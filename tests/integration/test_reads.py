@@ -306,6 +306,76 @@ def test_report_still_flags_an_over_firing_one_off_among_daily_schedules(
     assert flagged == {"once": (2, 1), "hourly": (7, 3)}
 
 
+def sql_read(fn: Callable[[], Any]) -> int:
+    """How much SQL ``fn`` sends: its queries' text with their values in it."""
+    with CaptureQueriesContext(connection) as captured:
+        fn()
+    return sum(len(q["sql"]) for q in captured.captured_queries)
+
+
+def test_report_reads_no_daily_schedule_a_weekly_one_lets_pass(
+    make_schedule, make_run, make_boot, now, t0
+):
+    """R33: one weekly schedule (one fire allowed in 48 hours) does not lower the daily
+    schedules' bar: a daily that fired twice in 48 hours is not read again, so the SQL
+    sent is the same for 10 of them as for 200 (at a million, a list of a million ids)."""
+    boot = make_boot(started_at=t0 - 60 * H, heartbeat_at=t0 - 5 * S)
+    weekly = make_schedule("weekly", kind="crontab", minute="0", hour="3", day_of_week="1")
+    for i in (1, 2):
+        make_run(weekly, t0 - i * H, boot=boot)
+
+    def fire_all():
+        for row in Schedule.objects.filter(runs__isnull=True):
+            make_run(row, t0 - 30 * H, boot=boot)
+            make_run(row, t0 - 6 * H, boot=boot)
+
+    window = (t0 - 48 * H, t0)
+    many(10, t0)
+    fire_all()
+    flagged = report.find_overfired(*window)
+    assert [(o.schedule, o.fired, o.allowed) for o in flagged] == [("weekly", 2, 1)]
+    few = sql_read(lambda: report.find_overfired(*window))
+    many(190, t0, prefix="more-")
+    fire_all()
+    assert [o.schedule for o in report.find_overfired(*window)] == ["weekly"]
+    assert sql_read(lambda: report.find_overfired(*window)) == few
+
+
+def test_report_a_timing_it_cannot_count_names_its_rows_and_keeps_the_others_bar(
+    make_schedule, make_run, make_boot, now, t0, monkeypatch
+):
+    """R21 with R33: a timing whose allowance raises names its rows that fired, and does
+    not lower the bar of the others (the daily rows that fired as allowed stay unread)."""
+    boot = make_boot(started_at=t0 - 60 * H, heartbeat_at=t0 - 5 * S)
+    odd = make_schedule("odd", kind="crontab", minute="7", hour="1")
+    make_run(odd, t0 - H, boot=boot)
+    allowed_fires = report.allowed_fires
+
+    def allowed(spec, since, until):
+        if getattr(spec, "minute", None) == "7":
+            raise RuntimeError("cannot count this one")
+        return allowed_fires(spec, since, until)
+
+    monkeypatch.setattr(report, "allowed_fires", allowed)
+
+    def fire_all():
+        for row in Schedule.objects.filter(runs__isnull=True):
+            make_run(row, t0 - 30 * H, boot=boot)
+            make_run(row, t0 - 6 * H, boot=boot)
+
+    window = (t0 - 48 * H, t0)
+    many(10, t0)
+    fire_all()
+    flagged = report.find_overfired(*window)
+    assert [(o.schedule, o.fired, o.error) for o in flagged] == [
+        ("odd", 1, "cannot count this one")
+    ]
+    few = sql_read(lambda: report.find_overfired(*window))
+    many(190, t0, prefix="more-")
+    fire_all()
+    assert sql_read(lambda: report.find_overfired(*window)) == few
+
+
 # --- the admin ----------------------------------------------------------------------------
 
 
