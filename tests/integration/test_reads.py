@@ -18,13 +18,12 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
-from django.db.models import QuerySet
 from django.test.utils import CaptureQueriesContext
 
-from durablebeat import api
+from durablebeat import api, db
 from durablebeat.admin.schedules import ScheduleAdmin, SchedulePaginator
 from durablebeat.enums import RunState, Source
-from durablebeat.models import Schedule, ScheduleQuerySet
+from durablebeat.models import Schedule
 from durablebeat.ops import findings, health, report, status
 
 pytestmark = pytest.mark.django_db
@@ -229,7 +228,7 @@ def test_status_all_json_is_one_object_per_line_made_as_it_goes(alive, now, t0):
 
 
 def test_status_all_streams_every_row_past_a_chunk(alive, now, t0, monkeypatch):
-    monkeypatch.setattr(status, "CHUNK", 4)  # the widths from the first chunk, then on
+    monkeypatch.setattr(db, "PAGE", 4)  # the widths from the first page, then on
     many(10, t0)
     lines = command("status", "--all").splitlines()
     assert [line.split()[0] for line in lines[2:12]] == [f"digest-{i:04d}" for i in range(10)]
@@ -465,17 +464,35 @@ def test_list_schedules_refuses_a_bad_argument_naming_it(kwargs, field):
     assert refused.value.field == field
 
 
-def test_list_schedules_reads_a_chunk_at_a_time(now, t0, monkeypatch):
-    monkeypatch.setattr(api, "LIST_CHUNK", 3)
+def selects(captured: CaptureQueriesContext) -> list[str]:
+    return [q["sql"] for q in captured.captured_queries if q["sql"].startswith("SELECT")]
+
+
+def test_list_schedules_reads_a_page_a_query(now, t0, monkeypatch):
+    """R33: a page is a query of its own, LIMITed, after the last name read: no cursor
+    that MySQL/MariaDB or PostgreSQL behind PgBouncer (DISABLE_SERVER_SIDE_CURSORS) would
+    hold whole in memory."""
+    monkeypatch.setattr(db, "PAGE", 3)
     many(7, t0)
-    seen = []
+    with CaptureQueriesContext(connection) as captured:
+        listed = api.list_schedules()
+        assert selects(captured) == []  # nothing read before the first row is asked for
+        assert [i.name for i in listed] == [f"digest-{i:04d}" for i in range(7)]
+    sent = selects(captured)
+    assert len(sent) == 3 and all("LIMIT 3" in sql for sql in sent), sent
+    assert all('"name" >' in sql.replace("`", '"') for sql in sent[1:]), sent
+    assert [i.name for i in api.list_schedules(limit=4)] == [f"digest-{i:04d}" for i in range(4)]
+    assert [i.name for i in api.list_schedules(limit=6, name_prefix="digest-000")] == [
+        f"digest-{i:04d}" for i in range(6)
+    ]
 
-    def spy(self, chunk_size=None):
-        seen.append(chunk_size)
-        return QuerySet.iterator(self, chunk_size=chunk_size)
 
-    monkeypatch.setattr(ScheduleQuerySet, "iterator", spy)
-    listed = api.list_schedules()
-    assert seen == []  # nothing read before the first row is asked for
-    assert len(list(listed)) == 7
-    assert seen == [3]
+def test_status_all_reads_a_page_a_query(alive, now, t0, monkeypatch):
+    """R33: ``status --all`` and ``--name`` read as list_schedules does, a page a query."""
+    monkeypatch.setattr(db, "PAGE", 3)
+    many(7, t0)
+    with CaptureQueriesContext(connection) as captured:
+        lines = list(status.status_json(t0, name="digest-*", limit=None))
+    assert [json.loads(line)["name"] for line in lines] == [f"digest-{i:04d}" for i in range(7)]
+    pages = [sql for sql in selects(captured) if "digest-" in sql]
+    assert len(pages) == 3 and all("LIMIT 3" in sql for sql in pages), pages
