@@ -24,7 +24,7 @@ from ..enums import RunState
 from ..models import Schedule
 from ..words import absolute, duration_words, next_fire_words, one_line, relative, schedule_words
 from . import health
-from .findings import COUNTED, count_words, counted
+from .findings import COUNTED, active_schedules, count_words, counted
 
 STATUS_COLUMNS = ("name", "schedule", "enabled", "next fire", "last completion", "outcome", "stuck")
 #: rows of each part shown unless ``--limit`` says otherwise
@@ -43,8 +43,8 @@ class Part:
 
 
 def attention(now: dt.datetime) -> list[Part]:
-    """The schedules a person looks at first, each part read through an index (R33)."""
-    active = Schedule.objects.filter(enabled=True, error="")
+    """The schedules a person looks at first, each part found through an index (R33)."""
+    active = active_schedules()
     late = conf.settings.LATE_AFTER
     return [
         Part(
@@ -62,7 +62,8 @@ def attention(now: dt.datetime) -> list[Part]:
         Part(
             "failing",
             "failing (last outcome failed or lost)",
-            # durablebeat_outcome_idx
+            # durablebeat_outcome_idx finds the failing rows; ordered by their last failure,
+            # which no index holds: a sort of the failing rows, not of the table
             Schedule.objects.filter(enabled=True, last_outcome__in=FAILING).order_by(
                 "-last_failed_at", "pk"
             ),
@@ -70,8 +71,7 @@ def attention(now: dt.datetime) -> list[Part]:
         Part(
             "set_aside",
             "set aside (beat cannot use the row)",
-            # durablebeat_paused_or_bad_idx
-            Schedule.objects.filter(enabled=True).exclude(error="").order_by("name"),
+            health.set_aside_rows(),  # durablebeat_paused_or_bad_idx
         ),
     ]
 
