@@ -24,7 +24,7 @@ from durablebeat import api, db
 from durablebeat.admin.schedules import ScheduleAdmin, SchedulePaginator
 from durablebeat.enums import RunState, Source
 from durablebeat.models import Schedule
-from durablebeat.ops import findings, health, report, status
+from durablebeat.ops import findings, health, report, run_findings, status
 
 pytestmark = pytest.mark.django_db
 
@@ -158,6 +158,46 @@ def test_no_success_finds_failing_rows_of_each_outcome_in_one_timing(alive, now,
     Schedule.objects.filter(name="digest-0003").update(last_completed_at=t0 - 6 * H)
     found = [f for f in health.check(t0) if f.code == "no_success"]
     assert [f.schedule for f in found] == ["digest-0001", "digest-0002", "digest-0003"]
+
+
+def test_no_success_answers_with_more_failing_groups_than_sqlite_can_or(alive, now, t0):
+    """1,100 failing groups (each its own interval): ORed in one query, SQLite's parser
+    refused the expression ("Expression tree is too large", check's database_unreachable);
+    a query per chunk of groups names the first by name and counts the rest."""
+    Schedule.objects.bulk_create(
+        Schedule(
+            name=f"failing-{i:04d}",
+            task="tests.e2eapp.tasks.record",
+            every=dt.timedelta(seconds=600 + i),
+            next_fire_at=t0 + H,
+            last_outcome=RunState.FAILED,
+        )
+        for i in range(1100)
+    )
+    Schedule.objects.update(created_at=t0 - 48 * H)
+    found = [f for f in health.check(t0) if f.code in ("no_success", "database_unreachable")]
+    assert [f.schedule for f in found[:3]] == ["failing-0000", "failing-0001", "failing-0002"]
+    assert len(found) == findings.SHOWN + 1
+    assert found[-1].message == (
+        "and 1,000 more schedules with no successful run over their last 3 periods"
+    )
+
+
+def test_no_success_names_the_first_rows_of_a_timing_it_cannot_bound_and_counts_the_rest(
+    alive, now, t0, monkeypatch
+):
+    """R21 with R33: a group whose bound raises names its first SHOWN rows as bad_row and
+    says how many more, as every other finder does."""
+    monkeypatch.setattr(findings, "SHOWN", 2)
+    many(5, t0, last_completed_at=t0 - 30 * H)
+
+    def bound_or_error(*args):
+        return RuntimeError("no bound")
+
+    monkeypatch.setattr(run_findings, "_bound_or_error", bound_or_error)
+    found = [f for f in run_findings.find_no_success(t0) if f.code == "bad_row"]
+    assert [f.schedule for f in found] == ["digest-0000", "digest-0001", None]
+    assert found[-1].message == ("and 3 more schedules whose no-success bound check cannot compute")
 
 
 # --- status -------------------------------------------------------------------------------
