@@ -326,10 +326,6 @@ def get_schedule(name: str) -> ScheduleInfo:
     return ScheduleInfo.of(row, clock.now())
 
 
-#: rows ``list_schedules`` reads from the database at a time
-LIST_CHUNK = 2000
-
-
 def list_schedules(
     *,
     include_deleted: bool = False,
@@ -341,12 +337,13 @@ def list_schedules(
 ) -> Iterator[ScheduleInfo]:
     """The schedules by name, code's and the database's, one at a time (R33).
 
-    An iterator, read ``LIST_CHUNK`` rows at a time: a million schedules cost one chunk's
-    memory, never a list of them all (``list(...)`` when a list is wanted). Each argument
-    narrows it: ``name_prefix`` (names that start with it, case-sensitive, read through the
-    name's index: ``"digest-"``), ``task`` (that task name), ``enabled`` (``True``: firing,
-    ``False``: paused), ``source`` (``"database"`` or ``"code"``), ``limit`` (at most that
-    many, the first by name). The arguments are checked when it is called, before a row is
+    An iterator, read ``db.PAGE`` rows a query (``db.by_name_pages``): a million schedules
+    cost one page's memory on every backend, never a list of them all (``list(...)`` when
+    a list is wanted). Each argument narrows it: ``name_prefix`` (names that start with it,
+    case-sensitive, read through the name's index: ``"digest-"``), ``task`` (that task
+    name), ``enabled`` (``True``: firing, ``False``: paused), ``source`` (``"database"`` or
+    ``"code"``), ``limit`` (at most that many, the first by name). The arguments are
+    checked when it is called, before a row is
     read: ``InvalidSchedule`` names the one at fault.
     """
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
@@ -369,13 +366,11 @@ def list_schedules(
         rows = rows.filter(enabled=enabled)
     if source is not None:
         rows = rows.filter(source=source)
-    if limit is not None:
-        rows = rows[:limit]
-    return _infos(rows, clock.now())
+    return _infos(db.by_name_pages(rows, limit), clock.now())
 
 
-def _infos(rows: Any, now: dt.datetime) -> Iterator[ScheduleInfo]:
-    for row in rows.iterator(chunk_size=LIST_CHUNK):
+def _infos(rows: Iterator[Schedule], now: dt.datetime) -> Iterator[ScheduleInfo]:
+    for row in rows:
         yield ScheduleInfo.of(row, now)
 
 

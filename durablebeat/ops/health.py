@@ -140,11 +140,16 @@ def find_stuck(now: dt.datetime) -> list[Finding]:
     )
 
 
+def set_aside_rows() -> QuerySet[Schedule]:
+    """The enabled rows beat sets aside (an ``error``), by name: check's bad_row and
+    status's set-aside part. durablebeat_paused_or_bad_idx on PostgreSQL: the rows set
+    aside, not every row (R33)."""
+    return Schedule.objects.filter(enabled=True).exclude(error="").order_by("name")
+
+
 def find_bad_rows(now: dt.datetime) -> list[Finding]:
-    # durablebeat_paused_or_bad_idx on PostgreSQL: the rows set aside, not every row (R33)
-    rows = Schedule.objects.filter(enabled=True).exclude(error="").order_by("name")
     return each_shown(
-        rows,
+        set_aside_rows(),
         "its error",
         lambda row: Finding(
             "bad_row",

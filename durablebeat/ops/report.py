@@ -30,6 +30,8 @@ OVERFIRE_RATIO = 1.5
 DEFAULT_LIMIT = 50
 #: counting a crontab's slots in the window stops here (every second for 48 h is ~170k)
 MAX_SLOTS_COUNTED = 1_000_000
+#: the flagged schedules whose counts and names one query reads (R33)
+NAMES_CHUNK = 500
 _SECOND = dt.timedelta(seconds=1)
 
 
@@ -172,69 +174,67 @@ def find_overfired(since: dt.datetime, until: dt.datetime) -> list[Overfire]:
 
     Manual fires and backfills are a person's doing and are not counted against the schedule.
 
-    What a period allows is worked out once per distinct timing, and only the schedules
-    that fired more than the smallest allowance lets (``HAVING``) are read (R33): a million
-    daily digests that fired once a day each cost one grouped count, not a million rows.
+    What a period allows is worked out once per distinct timing among the window's fires,
+    and each schedule's count is compared with its own timing's allowance as one grouped
+    query streams by (R33): only the flagged schedules are read again, by the chunk. The
+    smallest allowance prunes the groups (``HAVING``) but never decides: a weekly schedule
+    among a million daily ones lowers the bar of the query, not of the daily rows. A
+    timing whose allowance cannot be computed names its rows that fired (R21), and does
+    not lower the bar of the others.
     """
-    allowed_by: dict[tuple[Any, ...], int | Exception | None] = {}
-
-    def allowed_of(row: Schedule) -> int | Exception | None:
-        key = row.timing_key()
-        if key not in allowed_by:
-            try:
-                allowed_by[key] = allowed_fires(row.to_spec(), since, until)
-            except timing.InvalidSchedule:
-                allowed_by[key] = None  # beat sets the row aside; check's bad_row says so
-            except Exception as exc:  # R21: named in the report, the others still counted
-                allowed_by[key] = exc
-        return allowed_by[key]
-
     fired = fires_in(since, until).exclude(reason__in=(Reason.MANUAL, Reason.BACKFILL))
     # A one-off allows one fire: its own query, so that a few thousand one-offs (each its
     # own timing) neither cost a computation each nor lower every other row's bar.
     # (a subquery, not a join: the window's runs are not joined to a million schedules)
     one_offs = Schedule.objects.filter(kind=Kind.CLOCKED).values("pk")
     once = fired.filter(schedule_id__in=one_offs)
-    ids = [
-        c["schedule_id"]
+    flagged: dict[int, int | Exception] = {
+        c["schedule_id"]: 1
         for c in once.values("schedule_id").annotate(n=Count("id")).filter(n__gt=1).order_by()
-    ]
-    floor = None
-    periodic = Schedule.objects.exclude(kind=Kind.CLOCKED)
-    for values in periodic.values_list(*TIMING_FIELDS).distinct().order_by():
-        allowed = allowed_of(Schedule(**dict(zip(TIMING_FIELDS, values, strict=True))))
-        if isinstance(allowed, Exception):
-            floor = 0  # a row whose allowance cannot be computed is named if it fired
-        elif allowed is not None:
-            most = math.floor(OVERFIRE_RATIO * allowed)
-            floor = most if floor is None else min(floor, most)
-    if floor is not None:
-        ids += [
-            c["schedule_id"]
-            for c in fired.exclude(schedule_id__in=one_offs)
-            .values("schedule_id")
-            .annotate(n=Count("id"))
-            .filter(n__gt=floor)
-            .order_by()
-        ]
-    counts = (
-        fired.filter(schedule_id__in=ids).values("schedule_id", "reason").annotate(n=Count("id"))
-    )
+    }
+    periodic = fired.exclude(schedule_id__in=one_offs)
+    timing_of = [f"schedule__{f}" for f in TIMING_FIELDS]
+    allowed_by: dict[tuple[Any, ...], int | Exception | None] = {}
+    for key in periodic.values_list(*timing_of).distinct().order_by():
+        try:
+            spec = Schedule(**dict(zip(TIMING_FIELDS, key, strict=True))).to_spec()
+            allowed_by[key] = allowed_fires(spec, since, until)
+        except timing.InvalidSchedule:
+            allowed_by[key] = None  # beat sets the row aside; check's bad_row says so
+        except Exception as exc:  # R21: named in the report, the others still counted
+            allowed_by[key] = exc
+    bars = [math.floor(OVERFIRE_RATIO * a) for a in allowed_by.values() if isinstance(a, int)]
+    if bars:
+        groups = periodic.values("schedule_id", *timing_of).annotate(n=Count("id"))
+        for c in groups.filter(n__gt=min(bars)).order_by().iterator():
+            allowed = allowed_by.get(tuple(c[f] for f in timing_of))
+            if isinstance(allowed, int) and c["n"] > OVERFIRE_RATIO * allowed:
+                flagged[c["schedule_id"]] = allowed
+    for key, allowed in allowed_by.items():
+        if isinstance(allowed, Exception):  # the rows of this timing that fired at all
+            rows = periodic.filter(**dict(zip(timing_of, key, strict=True)))
+            for schedule_id in rows.values_list("schedule_id", flat=True).distinct().order_by():
+                flagged[schedule_id] = allowed
     per_schedule: dict[int, dict[str, int]] = defaultdict(dict)
-    for c in counts.order_by():
-        per_schedule[c["schedule_id"]][c["reason"]] = c["n"]
-    flagged = []
-    for row in Schedule.objects.filter(pk__in=list(per_schedule)).order_by("name"):
-        total = sum(per_schedule[row.pk].values())
-        allowed = allowed_of(row)
-        if allowed is None:
-            continue
+    names: dict[int, str] = {}
+    ids = list(flagged)
+    for start in range(0, len(ids), NAMES_CHUNK):
+        counts = fired.filter(schedule_id__in=ids[start : start + NAMES_CHUNK])
+        for c in (
+            counts.values("schedule_id", "schedule__name", "reason")
+            .annotate(n=Count("id"))
+            .order_by()
+        ):
+            per_schedule[c["schedule_id"]][c["reason"]] = c["n"]
+            names[c["schedule_id"]] = c["schedule__name"]
+    found = []
+    for pk in sorted(names, key=names.__getitem__):
+        allowed, reasons = flagged[pk], per_schedule[pk]
         if isinstance(allowed, Exception):
-            flagged.append(Overfire(row.name, total, 0, per_schedule[row.pk], error=str(allowed)))
-            continue
-        if total > OVERFIRE_RATIO * allowed:
-            flagged.append(Overfire(row.name, total, allowed, per_schedule[row.pk]))
-    return flagged
+            found.append(Overfire(names[pk], sum(reasons.values()), 0, reasons, error=str(allowed)))
+        else:
+            found.append(Overfire(names[pk], sum(reasons.values()), allowed, reasons))
+    return found
 
 
 def _boot_lines(since: dt.datetime, until: dt.datetime) -> list[BootLine]:
@@ -326,13 +326,13 @@ def build_report(
         r["reason"]: r["n"] for r in fires.values("reason").annotate(n=Count("id")).order_by()
     }
     # the limit that fired most, and (a window over the groups) how many fired at all
-    per_schedule = fires.values("schedule_id").annotate(n=Count("id"), groups=Window(Count("*")))
-    top = list(per_schedule.order_by("-n", "schedule_id")[:limit])
-    names = dict(
-        Schedule.objects.filter(pk__in=[r["schedule_id"] for r in top]).values_list("pk", "name")
+    # (the name in the same query: a schedule removed since is not looked up again)
+    per_schedule = fires.values("schedule_id", "schedule__name").annotate(
+        n=Count("id"), groups=Window(Count("*"))
     )
+    top = list(per_schedule.order_by("-n", "schedule_id")[:limit])
     by_schedule = dict(
-        sorted(((names[r["schedule_id"]], r["n"]) for r in top), key=lambda kv: (-kv[1], kv[0]))
+        sorted(((r["schedule__name"], r["n"]) for r in top), key=lambda kv: (-kv[1], kv[0]))
     )
     fired = top[0]["groups"] if top else 0
     return Report(

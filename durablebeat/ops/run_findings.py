@@ -7,7 +7,7 @@ import datetime as dt
 import functools
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.apps import apps
@@ -28,6 +28,7 @@ from .findings import (
     active_schedules,
     count_words,
     counted,
+    each_shown,
     unreadable_row,
 )
 
@@ -351,6 +352,15 @@ def hashed(groups: Any) -> list[dict[str, Any]]:
     return found
 
 
+#: no_success's failing groups ORed in one query: each is ~20 conditions, and SQLite's
+#: parser refuses an expression tree deeper than 1,000 ("Expression tree is too large")
+OR_CHUNK = 50
+
+
+def _unreadable_bound(exc: Exception) -> Callable[[Schedule], Finding]:
+    return lambda row: unreadable_row(row.name, "its no-success bound", exc)
+
+
 def find_no_success(now: dt.datetime) -> list[Finding]:
     """A schedule with no succeeded run over its last ``NO_SUCCESS_PERIODS`` slots.
 
@@ -365,8 +375,9 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
     The schedule math runs once per distinct timing, not per row, and the rows are not read
     one by one (R33): one grouped query gives each (timing, grace, last outcome) and the
     earliest its rows count from; a group whose earliest is not before its bound has no
-    failing row and costs nothing more, and the failing rows of the others are read by one
-    query (through the outcome's index), the first ``SHOWN`` by name, the rest counted.
+    failing row and costs nothing more, and the failing rows of the others are read by a
+    query per ``OR_CHUNK`` groups (through the outcome's index), the first ``SHOWN`` by
+    name, the rest counted.
     With one schedule per customer, a million rows share a few hundred timings
     (benchmarks/check_cost.py, benchmarks/million_reads.py).
     """
@@ -395,19 +406,32 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
             covered = coverage.after_grace(alive, grace)
             bounds[key] = _bound_or_error(timing_values, until, periods, covered)
         bound = bounds[key]
-        if isinstance(bound, Exception):
-            named = rows.filter(_same(group)).order_by("name").values_list("name", flat=True)
-            findings += [
-                unreadable_row(name, "its no-success bound", bound) for name in named[:SHOWN]
-            ]
+        if isinstance(bound, Exception):  # R21: named, the first SHOWN, the rest counted
+            findings += each_shown(
+                rows.filter(_same(group)).order_by("name"),
+                "its no-success bound",
+                _unreadable_bound(bound),
+                "bad_row",
+                "schedules whose no-success bound check cannot compute",
+            )
             continue
         if bound is None or earliest is None or earliest >= bound:
             continue  # every row of the group counts from its bound or later
         failing.append(_same(group) & _counted_before(bound, grace))
     if not failing:
         return findings
-    failing_rows = rows.filter(functools.reduce(operator.or_, failing)).order_by("name")
-    shown = list(failing_rows[:SHOWN])
+    # The groups ORed a chunk at a time (SQLite's parser refuses an expression deeper than
+    # 1,000): the first SHOWN by name of each chunk, merged, and the chunks' counts added
+    # (each capped, so "more than" stays true).
+    shown: list[Schedule] = []
+    total = 0
+    for start in range(0, len(failing), OR_CHUNK):
+        arms = failing[start : start + OR_CHUNK]
+        failing_rows = rows.filter(functools.reduce(operator.or_, arms)).order_by("name")
+        first = list(failing_rows[:SHOWN])
+        total += len(first) + (counted(failing_rows, SHOWN) if len(first) == SHOWN else 0)
+        # (one chunk keeps the database's order of names; more are merged by Python's)
+        shown = sorted([*shown, *first], key=lambda row: row.name)[:SHOWN] if shown else first
     for row in shown:
         if row.last_completed_at is None:
             detail = f"never succeeded since it was created {ago(row.created_at, now)} ago"
@@ -422,7 +446,7 @@ def find_no_success(now: dt.datetime) -> list[Finding]:
                 row.name,
             )
         )
-    if len(shown) == SHOWN and (rest := counted(failing_rows, SHOWN)):
+    if rest := total - len(shown):
         findings.append(
             Finding(
                 "no_success",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
+import itertools
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -18,18 +19,16 @@ from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
-from .. import conf, schema
+from .. import conf, db, schema
 from ..enums import RunState
 from ..models import Schedule
 from ..words import absolute, duration_words, next_fire_words, one_line, relative, schedule_words
 from . import health
-from .findings import COUNTED, count_words, counted
+from .findings import COUNTED, active_schedules, count_words, counted
 
 STATUS_COLUMNS = ("name", "schedule", "enabled", "next fire", "last completion", "outcome", "stuck")
 #: rows of each part shown unless ``--limit`` says otherwise
 DEFAULT_LIMIT = 50
-#: rows read from the database at a time by ``--all``
-CHUNK = 2000
 #: outcomes that make a schedule "failing", as the admin's outcome filter says them
 FAILING = (RunState.FAILED, RunState.LOST)
 
@@ -44,8 +43,8 @@ class Part:
 
 
 def attention(now: dt.datetime) -> list[Part]:
-    """The schedules a person looks at first, each part read through an index (R33)."""
-    active = Schedule.objects.filter(enabled=True, error="")
+    """The schedules a person looks at first, each part found through an index (R33)."""
+    active = active_schedules()
     late = conf.settings.LATE_AFTER
     return [
         Part(
@@ -63,7 +62,8 @@ def attention(now: dt.datetime) -> list[Part]:
         Part(
             "failing",
             "failing (last outcome failed or lost)",
-            # durablebeat_outcome_idx
+            # durablebeat_outcome_idx finds the failing rows; ordered by their last failure,
+            # which no index holds: a sort of the failing rows, not of the table
             Schedule.objects.filter(enabled=True, last_outcome__in=FAILING).order_by(
                 "-last_failed_at", "pk"
             ),
@@ -71,8 +71,7 @@ def attention(now: dt.datetime) -> list[Part]:
         Part(
             "set_aside",
             "set aside (beat cannot use the row)",
-            # durablebeat_paused_or_bad_idx
-            Schedule.objects.filter(enabled=True).exclude(error="").order_by("name"),
+            health.set_aside_rows(),  # durablebeat_paused_or_bad_idx
         ),
     ]
 
@@ -120,8 +119,9 @@ def named(pattern: str) -> tuple[QuerySet[Schedule], str]:
 
 
 def _matching(rows: QuerySet[Schedule], pattern: str | None) -> Iterator[Schedule]:
-    """``rows`` a chunk at a time; with a pattern, the names that match it whole."""
-    for row in rows.iterator(chunk_size=CHUNK):
+    """``rows`` a page at a time (``db.by_name_pages``); with a pattern, the names that
+    match it whole."""
+    for row in db.by_name_pages(rows):
         if pattern is None or fnmatch.fnmatchcase(row.name, pattern):
             yield row
 
@@ -155,7 +155,7 @@ def _cells(row: Schedule, now: dt.datetime) -> tuple[str, ...]:
 def status_rows(now: dt.datetime, rows: Iterable[Schedule] | None = None) -> list[tuple[str, ...]]:
     """One line of cells per row of ``rows`` (default: every schedule by name)."""
     if rows is None:
-        rows = Schedule.objects.order_by("name").iterator(chunk_size=CHUNK)
+        rows = db.by_name_pages(Schedule.objects.all())
     return [_cells(row, now) for row in rows]
 
 
@@ -182,9 +182,10 @@ def _table_lines(
 
 
 def _streamed_table(cells: Iterator[tuple[str, ...]]) -> Iterator[str]:
-    """A table of any length: the columns as wide as the first ``CHUNK`` rows need (a
-    longer cell later pushes its line on), each line written as it is made."""
-    first = [c for _, c in zip(range(CHUNK), cells, strict=False)]
+    """A table of any length: the columns as wide as the first page's rows need
+    (``db.PAGE``; a longer cell later pushes its line on), each line written as it is
+    made."""
+    first = list(itertools.islice(cells, db.PAGE))
     if not first:
         yield "no schedules"
         return
@@ -234,7 +235,7 @@ def status_lines(
         rows, _ = named(name) if name is not None else (Schedule.objects.order_by("name"), "")
         matching = _matching(rows, name)
         if limit is not None:
-            matching = (row for _, row in zip(range(limit), matching, strict=False))
+            matching = itertools.islice(matching, limit)
         yield from _streamed_table(_cells(row, now) for row in matching)
         yield ""
         yield _beats_line(now)
@@ -320,7 +321,7 @@ def status_json(
         rows, _ = named(name) if name is not None else (Schedule.objects.order_by("name"), "")
         matching = _matching(rows, name)
         if limit is not None:
-            matching = (row for _, row in zip(range(limit), matching, strict=False))
+            matching = itertools.islice(matching, limit)
         for row in matching:
             yield json.dumps(_as_dict(row, now, None))
         return

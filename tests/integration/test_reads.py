@@ -18,14 +18,13 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
-from django.db.models import QuerySet
 from django.test.utils import CaptureQueriesContext
 
-from durablebeat import api
+from durablebeat import api, db
 from durablebeat.admin.schedules import ScheduleAdmin, SchedulePaginator
 from durablebeat.enums import RunState, Source
-from durablebeat.models import Schedule, ScheduleQuerySet
-from durablebeat.ops import findings, health, report, status
+from durablebeat.models import Schedule
+from durablebeat.ops import findings, health, report, run_findings, status
 
 pytestmark = pytest.mark.django_db
 
@@ -161,6 +160,46 @@ def test_no_success_finds_failing_rows_of_each_outcome_in_one_timing(alive, now,
     assert [f.schedule for f in found] == ["digest-0001", "digest-0002", "digest-0003"]
 
 
+def test_no_success_answers_with_more_failing_groups_than_sqlite_can_or(alive, now, t0):
+    """1,100 failing groups (each its own interval): ORed in one query, SQLite's parser
+    refused the expression ("Expression tree is too large", check's database_unreachable);
+    a query per chunk of groups names the first by name and counts the rest."""
+    Schedule.objects.bulk_create(
+        Schedule(
+            name=f"failing-{i:04d}",
+            task="tests.e2eapp.tasks.record",
+            every=dt.timedelta(seconds=600 + i),
+            next_fire_at=t0 + H,
+            last_outcome=RunState.FAILED,
+        )
+        for i in range(1100)
+    )
+    Schedule.objects.update(created_at=t0 - 48 * H)
+    found = [f for f in health.check(t0) if f.code in ("no_success", "database_unreachable")]
+    assert [f.schedule for f in found[:3]] == ["failing-0000", "failing-0001", "failing-0002"]
+    assert len(found) == findings.SHOWN + 1
+    assert found[-1].message == (
+        "and 1,000 more schedules with no successful run over their last 3 periods"
+    )
+
+
+def test_no_success_names_the_first_rows_of_a_timing_it_cannot_bound_and_counts_the_rest(
+    alive, now, t0, monkeypatch
+):
+    """R21 with R33: a group whose bound raises names its first SHOWN rows as bad_row and
+    says how many more, as every other finder does."""
+    monkeypatch.setattr(findings, "SHOWN", 2)
+    many(5, t0, last_completed_at=t0 - 30 * H)
+
+    def bound_or_error(*args):
+        return RuntimeError("no bound")
+
+    monkeypatch.setattr(run_findings, "_bound_or_error", bound_or_error)
+    found = [f for f in run_findings.find_no_success(t0) if f.code == "bad_row"]
+    assert [f.schedule for f in found] == ["digest-0000", "digest-0001", None]
+    assert found[-1].message == ("and 3 more schedules whose no-success bound check cannot compute")
+
+
 # --- status -------------------------------------------------------------------------------
 
 
@@ -229,7 +268,7 @@ def test_status_all_json_is_one_object_per_line_made_as_it_goes(alive, now, t0):
 
 
 def test_status_all_streams_every_row_past_a_chunk(alive, now, t0, monkeypatch):
-    monkeypatch.setattr(status, "CHUNK", 4)  # the widths from the first chunk, then on
+    monkeypatch.setattr(db, "PAGE", 4)  # the widths from the first page, then on
     many(10, t0)
     lines = command("status", "--all").splitlines()
     assert [line.split()[0] for line in lines[2:12]] == [f"digest-{i:04d}" for i in range(10)]
@@ -304,6 +343,76 @@ def test_report_still_flags_an_over_firing_one_off_among_daily_schedules(
         make_run(hourly, t0 - i * 10 * MIN, boot=boot)
     flagged = {o.schedule: (o.fired, o.allowed) for o in report.find_overfired(t0 - 2 * H - S, t0)}
     assert flagged == {"once": (2, 1), "hourly": (7, 3)}
+
+
+def sql_read(fn: Callable[[], Any]) -> int:
+    """How much SQL ``fn`` sends: its queries' text with their values in it."""
+    with CaptureQueriesContext(connection) as captured:
+        fn()
+    return sum(len(q["sql"]) for q in captured.captured_queries)
+
+
+def test_report_reads_no_daily_schedule_a_weekly_one_lets_pass(
+    make_schedule, make_run, make_boot, now, t0
+):
+    """R33: one weekly schedule (one fire allowed in 48 hours) does not lower the daily
+    schedules' bar: a daily that fired twice in 48 hours is not read again, so the SQL
+    sent is the same for 10 of them as for 200 (at a million, a list of a million ids)."""
+    boot = make_boot(started_at=t0 - 60 * H, heartbeat_at=t0 - 5 * S)
+    weekly = make_schedule("weekly", kind="crontab", minute="0", hour="3", day_of_week="1")
+    for i in (1, 2):
+        make_run(weekly, t0 - i * H, boot=boot)
+
+    def fire_all():
+        for row in Schedule.objects.filter(runs__isnull=True):
+            make_run(row, t0 - 30 * H, boot=boot)
+            make_run(row, t0 - 6 * H, boot=boot)
+
+    window = (t0 - 48 * H, t0)
+    many(10, t0)
+    fire_all()
+    flagged = report.find_overfired(*window)
+    assert [(o.schedule, o.fired, o.allowed) for o in flagged] == [("weekly", 2, 1)]
+    few = sql_read(lambda: report.find_overfired(*window))
+    many(190, t0, prefix="more-")
+    fire_all()
+    assert [o.schedule for o in report.find_overfired(*window)] == ["weekly"]
+    assert sql_read(lambda: report.find_overfired(*window)) == few
+
+
+def test_report_a_timing_it_cannot_count_names_its_rows_and_keeps_the_others_bar(
+    make_schedule, make_run, make_boot, now, t0, monkeypatch
+):
+    """R21 with R33: a timing whose allowance raises names its rows that fired, and does
+    not lower the bar of the others (the daily rows that fired as allowed stay unread)."""
+    boot = make_boot(started_at=t0 - 60 * H, heartbeat_at=t0 - 5 * S)
+    odd = make_schedule("odd", kind="crontab", minute="7", hour="1")
+    make_run(odd, t0 - H, boot=boot)
+    allowed_fires = report.allowed_fires
+
+    def allowed(spec, since, until):
+        if getattr(spec, "minute", None) == "7":
+            raise RuntimeError("cannot count this one")
+        return allowed_fires(spec, since, until)
+
+    monkeypatch.setattr(report, "allowed_fires", allowed)
+
+    def fire_all():
+        for row in Schedule.objects.filter(runs__isnull=True):
+            make_run(row, t0 - 30 * H, boot=boot)
+            make_run(row, t0 - 6 * H, boot=boot)
+
+    window = (t0 - 48 * H, t0)
+    many(10, t0)
+    fire_all()
+    flagged = report.find_overfired(*window)
+    assert [(o.schedule, o.fired, o.error) for o in flagged] == [
+        ("odd", 1, "cannot count this one")
+    ]
+    few = sql_read(lambda: report.find_overfired(*window))
+    many(190, t0, prefix="more-")
+    fire_all()
+    assert sql_read(lambda: report.find_overfired(*window)) == few
 
 
 # --- the admin ----------------------------------------------------------------------------
@@ -395,17 +504,35 @@ def test_list_schedules_refuses_a_bad_argument_naming_it(kwargs, field):
     assert refused.value.field == field
 
 
-def test_list_schedules_reads_a_chunk_at_a_time(now, t0, monkeypatch):
-    monkeypatch.setattr(api, "LIST_CHUNK", 3)
+def selects(captured: CaptureQueriesContext) -> list[str]:
+    return [q["sql"] for q in captured.captured_queries if q["sql"].startswith("SELECT")]
+
+
+def test_list_schedules_reads_a_page_a_query(now, t0, monkeypatch):
+    """R33: a page is a query of its own, LIMITed, after the last name read: no cursor
+    that MySQL/MariaDB or PostgreSQL behind PgBouncer (DISABLE_SERVER_SIDE_CURSORS) would
+    hold whole in memory."""
+    monkeypatch.setattr(db, "PAGE", 3)
     many(7, t0)
-    seen = []
+    with CaptureQueriesContext(connection) as captured:
+        listed = api.list_schedules()
+        assert selects(captured) == []  # nothing read before the first row is asked for
+        assert [i.name for i in listed] == [f"digest-{i:04d}" for i in range(7)]
+    sent = selects(captured)
+    assert len(sent) == 3 and all("LIMIT 3" in sql for sql in sent), sent
+    assert all('"name" >' in sql.replace("`", '"') for sql in sent[1:]), sent
+    assert [i.name for i in api.list_schedules(limit=4)] == [f"digest-{i:04d}" for i in range(4)]
+    assert [i.name for i in api.list_schedules(limit=6, name_prefix="digest-000")] == [
+        f"digest-{i:04d}" for i in range(6)
+    ]
 
-    def spy(self, chunk_size=None):
-        seen.append(chunk_size)
-        return QuerySet.iterator(self, chunk_size=chunk_size)
 
-    monkeypatch.setattr(ScheduleQuerySet, "iterator", spy)
-    listed = api.list_schedules()
-    assert seen == []  # nothing read before the first row is asked for
-    assert len(list(listed)) == 7
-    assert seen == [3]
+def test_status_all_reads_a_page_a_query(alive, now, t0, monkeypatch):
+    """R33: ``status --all`` and ``--name`` read as list_schedules does, a page a query."""
+    monkeypatch.setattr(db, "PAGE", 3)
+    many(7, t0)
+    with CaptureQueriesContext(connection) as captured:
+        lines = list(status.status_json(t0, name="digest-*", limit=None))
+    assert [json.loads(line)["name"] for line in lines] == [f"digest-{i:04d}" for i in range(7)]
+    pages = [sql for sql in selects(captured) if "digest-" in sql]
+    assert len(pages) == 3 and all("LIMIT 3" in sql for sql in pages), pages
