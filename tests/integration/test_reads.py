@@ -147,6 +147,21 @@ def test_counts_stop_at_their_cap(alive, make_schedule, now, t0, monkeypatch):
     assert found[-1].message == "and more than 2 more schedules stuck"
 
 
+@pytest.mark.parametrize(("rest", "said"), [(2, "2"), (3, "more than 2")])
+def test_exactly_the_cap_is_counted_not_said_to_pass_it(
+    alive, make_schedule, now, t0, monkeypatch, rest, said
+):
+    """R33: "more than N" only when there are more than N: exactly the cap is said as is
+    (the count reads cap + 1 rows to tell the two apart)."""
+    monkeypatch.setattr(findings, "SHOWN", 1)
+    monkeypatch.setattr(findings, "COUNTED", 2)
+    for i in range(1 + rest):
+        make_schedule(f"stuck-{i}", every=60, next_fire_at=t0 + MIN, stuck_since=t0 - (7 + i) * H)
+    found = [f for f in health.check(t0) if f.code == "stuck"]
+    assert found[-1].message == f"and {said} more schedules stuck"
+    assert findings.count_words(findings.counted(Schedule.objects.all(), 1)) == said
+
+
 def test_no_success_finds_failing_rows_of_each_outcome_in_one_timing(alive, now, t0, created_at):
     """The grouped no_success reads a group's rows by their outcome: a failed row, a row
     that never ran and a succeeded row whose success is old are each found, beside rows
