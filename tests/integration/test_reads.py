@@ -22,7 +22,7 @@ from django.db.models import QuerySet
 from django.test.utils import CaptureQueriesContext
 
 from durablebeat import api
-from durablebeat.admin.schedules import ScheduleAdmin, SchedulePaginator
+from durablebeat.admin.schedules import ScheduleAdmin
 from durablebeat.enums import RunState, Source
 from durablebeat.models import Schedule, ScheduleQuerySet
 from durablebeat.ops import findings, health, report, status
@@ -326,7 +326,7 @@ def test_report_still_flags_an_over_firing_one_off_among_daily_schedules(
 
 def test_admin_list_pages_without_counting_the_whole_table(admin_client, now, t0, monkeypatch):
     monkeypatch.setattr(ScheduleAdmin, "list_per_page", 4)
-    monkeypatch.setattr(SchedulePaginator, "COUNTED", 6)
+    monkeypatch.setattr(findings, "COUNTED", 6)
     many(10, t0)
     with CaptureQueriesContext(connection) as captured:
         response = admin_client.get(f"{CHANGELIST}?q=digest-&p=2")
@@ -335,6 +335,23 @@ def test_admin_list_pages_without_counting_the_whole_table(admin_client, now, t0
     assert [r.name for r in cl.result_list] == ["digest-0004", "digest-0005"]
     assert cl.result_count == 6  # counted up to COUNTED, paged to there
     assert cl.full_result_count is None
+    counts = [q["sql"] for q in captured.captured_queries if "COUNT(*)" in q["sql"].upper()]
+    assert counts and all("LIMIT" in sql for sql in counts), counts
+
+
+def test_admin_unfiltered_list_counts_no_more_than_its_cap(admin_client, now, t0, monkeypatch):
+    """R33 on every stack: the unfiltered list, with no estimate from the database's
+    statistics (MariaDB, MySQL, SQLite, or a small PostgreSQL table), counts up to the cap
+    through a LIMIT, never the whole table."""
+    monkeypatch.setattr(ScheduleAdmin, "list_per_page", 4)
+    monkeypatch.setattr(findings, "COUNTED", 6)
+    many(10, t0)
+    with CaptureQueriesContext(connection) as captured:
+        response = admin_client.get(CHANGELIST)
+    assert response.status_code == 200
+    cl = response.context["cl"]
+    assert cl.result_count == 6
+    assert [r.name for r in cl.result_list] == [f"digest-{i:04d}" for i in range(4)]
     counts = [q["sql"] for q in captured.captured_queries if "COUNT(*)" in q["sql"].upper()]
     assert counts and all("LIMIT" in sql for sql in counts), counts
 
