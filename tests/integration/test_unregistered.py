@@ -16,6 +16,7 @@ from celery.schedules import crontab
 from django.core.exceptions import ValidationError
 
 from durablebeat import api
+from durablebeat.enums import Source
 from durablebeat.models import Schedule
 from durablebeat.schedulers import DurableScheduler
 from project.celery import app
@@ -145,6 +146,20 @@ def test_a_stored_code_row_with_an_unregistered_task_may_be_edited(make_engine):
     row.full_clean()
     row.save()
     assert Schedule.objects.get(name="elsewhere").description == "sends the invoices"
+
+
+@pytest.mark.parametrize("write", ["full_clean", "save"])
+def test_a_new_code_row_with_an_unregistered_task_is_taken_by_every_check(write):
+    """R29: the code sync's own rows are never refused over the task name: a new
+    beat_schedule row (no pk yet) passes full_clean as it passes save(), one decision
+    (validate_schedule_fields); a new row of any other source is refused by both."""
+    row = Schedule(name="elsewhere", task=ELSEWHERE, every=dt.timedelta(minutes=1))
+    row.source = Source.CODE
+    getattr(row, write)()
+    other = Schedule(name="typed", task=ELSEWHERE, every=dt.timedelta(minutes=1))
+    with pytest.raises(ValidationError) as refused:
+        getattr(other, write)()
+    assert "task" in refused.value.message_dict
 
 
 def test_the_admin_form_refuses_a_typo_naming_the_closest_task(admin_client, settings):
