@@ -65,6 +65,31 @@ def test_beat_boots_with_an_unregistered_task_fires_the_others_and_sends_it_by_n
     assert len(_said(caplog, "elsewhere")) == 1  # once per boot, not per fire
 
 
+def test_a_task_external_tasks_names_is_sent_by_name_without_a_word(
+    make_engine, publisher, time_machine, t0, caplog, settings
+):
+    """R29: DURABLEBEAT_EXTERNAL_TASKS names a task served elsewhere on purpose: beat sends
+    it by name and says nothing of it (no unregistered_task line, no likely typo)."""
+    caplog.set_level(logging.WARNING, logger="durablebeat")
+    settings.DURABLEBEAT_EXTERNAL_TASKS = ["billing.*"]
+    time_machine.move_to(t0, tick=False)
+    allow = {"durablebeat": {"overlap": "allow"}}
+    engine = make_engine(
+        {
+            "elsewhere": {"task": ELSEWHERE, "schedule": crontab(), "options": allow},
+            "ghost": {"task": "shop.tasks.ghost", "schedule": crontab(), "options": allow},
+        }
+    )
+    engine.tick(t0)
+    now = t0 + dt.timedelta(minutes=1)
+    time_machine.move_to(now, tick=False)
+    engine.tick(now)
+    assert len(publisher.slots("elsewhere")) == 1
+    assert {c.message.task for c in publisher.claims} == {ELSEWHERE, "shop.tasks.ghost"}
+    assert _said(caplog, "elsewhere") == []
+    assert len(_said(caplog, "ghost")) == 1
+
+
 def test_a_database_row_whose_task_beat_has_not_registered_is_sent_and_said_once(
     make_engine, make_schedule, publisher, t0, caplog
 ):
