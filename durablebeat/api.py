@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import itertools
 import json
 import operator
@@ -258,10 +259,6 @@ def update_schedule(
         entry = _entry_of(row)
         changes = {"task": task, "schedule": schedule, "relative": relative, "timezone": timezone}
         entry |= {key: value for key, value in changes.items() if value is not _UNSET}
-        if timezone is not _UNSET:
-            _check_zone(name, timezone)
-        if timezone is not _UNSET and schedule is _UNSET:
-            entry["schedule"] = _in_zone(entry["schedule"], timezone)
         if args is not _UNSET:
             entry["args"] = list(args)
         if kwargs is not _UNSET:
@@ -272,7 +269,9 @@ def update_schedule(
             else:
                 entry["options"][key] = value
         entry["options"] = _without_none(entry["options"])
-        code = _parse(name, entry, ShapeCache(), _default_zone())
+        # a new zone alone: the stored timing counted in it (_parse checks the zone first)
+        rezone = timezone is not _UNSET and schedule is _UNSET
+        code = _parse(name, entry, ShapeCache(), _default_zone(), rezone=rezone)
         _refuse_passed_one_off(code, row, clock.now())
         code.apply_to(row)
         row.save()  # the edit rules and the checks, as every save (models.Schedule.save)
@@ -320,7 +319,7 @@ def get_schedule(name: str) -> ScheduleInfo:
     """The schedule ``name``, one deleted with its history kept too (``deleted_at`` set,
     ``next_fire`` "deleted"); ``ScheduleNotFound`` when there is none, or it was removed.
     The calls that change a schedule treat a deleted one as gone."""
-    row = _rows([name]).get(name)
+    row = Schedule.objects.filter(name=name).first()
     if row is None:
         raise ScheduleNotFound(f"no schedule named {name!r}")
     return ScheduleInfo.of(row, clock.now())
@@ -383,9 +382,12 @@ def _default_zone() -> str:
     return celery_timezone(current_app)
 
 
-def _parse(name: str, entry: Mapping[str, Any], shapes: ShapeCache, zone: str) -> CodeEntry:
+def _parse(
+    name: str, entry: Mapping[str, Any], shapes: ShapeCache, zone: str, rezone: bool = False
+) -> CodeEntry:
     """An entry read as the code sync reads one (R20, R21, R25); ``InvalidSchedule``.
-    ``zone``: the one a crontab counts in when the entry gives no ``"timezone"``."""
+    ``zone``: the one a crontab counts in when the entry gives no ``"timezone"``;
+    ``rezone``: the entry's schedule is a stored one, to count in its ``"timezone"``."""
     from django.core.exceptions import ImproperlyConfigured
 
     where = f"schedule {name!r}"
@@ -393,6 +395,8 @@ def _parse(name: str, entry: Mapping[str, Any], shapes: ShapeCache, zone: str) -
     given = entry.pop("timezone", None)
     if given is not None:
         _check_zone(name, given)  # a typo is refused whatever the timing, as "timezone"
+        if rezone:
+            entry["schedule"] = _in_zone(entry["schedule"], given)
     zone = given or zone
     try:
         code = shapes.parse(name, entry, zone, where=where)
@@ -419,11 +423,21 @@ def _parse(name: str, entry: Mapping[str, Any], shapes: ShapeCache, zone: str) -
 
 def _check_zone(name: str, zone: Any) -> None:
     """The ``timezone`` argument, refused as field ``timezone`` naming the schedule, from
-    every call alike (add_schedule, add_schedules, update_schedule)."""
+    every call alike (add_schedule, add_schedules, update_schedule: ``_parse``)."""
     try:
-        timing.zone_of(zone)
+        if isinstance(zone, str):
+            _known_zone(zone)
+        else:
+            timing.zone_of(zone)
     except InvalidSchedule as exc:
         raise InvalidSchedule("timezone", f"{exc.message} (schedule {name!r})") from exc
+
+
+@functools.lru_cache(maxsize=256)
+def _known_zone(zone: str) -> None:
+    """A zone name found once is not looked up again: ``add_schedules`` of a million
+    entries in one zone checks it once (R33); a refused name raises and is not kept."""
+    timing.zone_of(zone)
 
 
 def _live_field(code: CodeEntry) -> str:

@@ -10,7 +10,7 @@ from django.core import checks
 from . import conf
 from .beat.codesync import BadEntry, celery_timezone, parse_beat_schedule
 from .beat.dberrors import unsupported_backend
-from .validation import known_task_names, typo_hint
+from .validation import is_external_task, known_task_names, typo_hint
 
 SCHEDULER_PATH = "durablebeat.schedulers:DurableScheduler"
 
@@ -164,21 +164,23 @@ def check_code_schedules(**kwargs: Any) -> list[checks.CheckMessage]:
             and isinstance(entry.get("task"), str)
             and entry["task"]
             and entry["task"] not in names
+            and not is_external_task(entry["task"])  # served elsewhere on purpose (R29)
         ]
     return problems
 
 
 def unregistered_task_warning(entry: str, task: str, names: frozenset[str]) -> checks.Warning:
     """W007 (R29, R25): a ``beat_schedule`` entry whose task this Celery app has not
-    registered. Celery's beat sends it by name, and so does durablebeat's: a Warning, not
-    an Error, which would stop ``migrate`` and ``runserver`` for what may be a task served
-    by another codebase; a likely typo when a registered name is close."""
+    registered and ``DURABLEBEAT_EXTERNAL_TASKS`` does not match. Celery's beat sends it by
+    name, and so does durablebeat's: a Warning, not an Error, which would stop ``migrate``
+    and ``runserver`` for what may be a task served by another codebase; a likely typo when
+    a registered name is close."""
     return checks.Warning(
         f"beat_schedule[{entry!r}]: task: no task named {task!r} is registered in the Celery "
         f"app; beat sends it by name, as Celery's beat does{typo_hint(task, names)}",
         hint="A typo, a task module the Celery app does not import (CELERY_IMPORTS, an "
         "installed app's tasks.py for autodiscover_tasks), or a task another codebase's "
-        "workers serve (then this warning can be silenced with SILENCED_SYSTEM_CHECKS).",
+        "workers serve (then name it, or a pattern, in DURABLEBEAT_EXTERNAL_TASKS).",
         id="durablebeat.W007",
     )
 

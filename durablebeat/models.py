@@ -162,9 +162,7 @@ def refuse_invalid(rows: Iterable[Schedule]) -> None:
     rows = list(rows)
     many = len(rows) > 1
     for row in rows:
-        # R29: beat_schedule's rows (the code sync's writes) name what the code names; beat
-        # sends a task it has not registered by name, as Celery's beat does
-        problems = validate_schedule_fields(row, check_task=row.source != Source.CODE)
+        problems = validate_schedule_fields(row)
         try:
             row.clean_fields(exclude={*problems, *BEAT_OWNED})
         except ValidationError as exc:

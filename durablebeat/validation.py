@@ -535,8 +535,16 @@ def _kind_errors(schedule: Schedule) -> dict[str, str]:
     return {}
 
 
-def validate_schedule_fields(schedule: Schedule, *, check_task: bool = True) -> dict[str, str]:
+def validate_schedule_fields(
+    schedule: Schedule, *, check_task: bool | None = None
+) -> dict[str, str]:
     """Every problem with a schedule row, as {model field: message}. Empty means valid.
+
+    ``check_task``: whether an unregistered task name is a problem (R29). By default it is
+    for every row but a ``beat_schedule`` one (``source`` code, new or stored: the code
+    sync's own save, an admin edit of it), whose task is code's and is sent by name as
+    Celery's beat sends it; a person cannot set ``source``. ``parse_entry`` says it
+    explicitly: beat's parse of ``beat_schedule`` does not check, the API's does.
 
     Safe on any values (``full_clean`` calls it even when a field's own check failed)."""
     errors: dict[str, str] = {}
@@ -550,10 +558,9 @@ def validate_schedule_fields(schedule: Schedule, *, check_task: bool = True) -> 
     for name, msg in _kind_errors(schedule).items():
         errors.setdefault(name, msg)
     task = schedule.task
-    # R29: a stored beat_schedule row's task is sent by name, as Celery's beat sends it,
-    # whether or not this process registered it (an admin edit of it is not refused for it)
-    from_code = schedule.source == Source.CODE and schedule.pk is not None
-    if check_task and not from_code and task and isinstance(task, str) and "task" not in errors:
+    if check_task is None:
+        check_task = schedule.source != Source.CODE
+    if check_task and task and isinstance(task, str) and "task" not in errors:
         unknown = task_name_error(task)
         if unknown is not None:
             errors["task"] = unknown

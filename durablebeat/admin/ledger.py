@@ -110,12 +110,18 @@ class LedgerPaginator(Paginator):  # type: ignore[type-arg]
 
     @cached_property
     def count(self) -> int:
+        estimate = self.large_estimate()
+        return int(super().count) if estimate is None else estimate
+
+    def large_estimate(self) -> int | None:
+        """The database's estimate of the unfiltered list's size when it has one (PostgreSQL)
+        and it is ``ESTIMATE_FROM`` rows or more; else None."""
         query = getattr(self.object_list, "query", None)
         if query is not None and not query.where:
             estimate = _estimated_rows(self.object_list)
             if estimate is not None and estimate >= self.ESTIMATE_FROM:
                 return estimate
-        return int(super().count)
+        return None
 
 
 def _estimated_rows(queryset: Any) -> int | None:

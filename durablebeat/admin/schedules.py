@@ -25,7 +25,7 @@ from ..core import clock, timing
 from ..enums import Reason, Source
 from ..forms import CODE_OWNED_FIELDS, ScheduleForm, ShownToTheSecondField
 from ..models import LIMIT_FIELDS, MESSAGE_FIELDS, POLICY_FIELDS, Schedule, edit_rules
-from ..ops import health
+from ..ops import findings, health
 from . import timeline
 from .base import (
     RECENT_RUNS,
@@ -43,23 +43,22 @@ logger = logging.getLogger("durablebeat")
 
 
 class SchedulePaginator(LedgerPaginator):
-    """The schedule list's count (R33): the whole table's from PostgreSQL's statistics
-    (``LedgerPaginator``), a filtered or searched list's counted up to ``COUNTED`` rows (a
-    ``COUNT`` over a ``LIMIT``), so that a filter matching most of a million rows is not
-    counted row by row on every page. Past ``COUNTED`` the list says "10000" and pages to
-    there; a narrower filter or search finds the rest."""
-
-    COUNTED = 10_000
+    """The schedule list's count (R33): a large table's size from the database's statistics
+    where it keeps one (``LedgerPaginator.large_estimate``, PostgreSQL); every other list,
+    filtered or not and on every database, counted up to ``findings.COUNTED`` rows (a
+    ``COUNT`` over a ``LIMIT``), so that neither a million rows on MariaDB, MySQL or SQLite
+    nor a filter matching most of them is counted row by row on every page. Past
+    ``COUNTED`` the list says "10000" and pages to there; a narrower filter or search finds
+    the rest."""
 
     @cached_property
     def count(self) -> int:
-        rows: Any = self.object_list
-        query = getattr(rows, "query", None)
-        if query is not None and query.where:
-            # unordered: ORDER BY name made the planner walk the name's index past a
-            # million rows for the 3 overdue ones (0.5 s) instead of reading the due index
-            return int(rows.order_by()[: self.COUNTED].count())
-        return int(super().count)
+        estimate = self.large_estimate()
+        if estimate is not None:
+            return estimate
+        if getattr(self.object_list, "query", None) is None:
+            return int(super(LedgerPaginator, self).count)  # a list, not a query
+        return min(findings.counted(self.object_list), findings.COUNTED)
 
 
 @admin.register(Schedule)

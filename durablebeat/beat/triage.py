@@ -19,7 +19,7 @@ from .. import conf, db
 from ..core import timing
 from ..core.policy import Defer, Fire, Miss, decide
 from ..enums import Kind
-from ..validation import typo_hint
+from ..validation import is_external_task, typo_hint
 from . import dberrors
 from . import due as due_query
 from .claims import apply_defer, apply_miss
@@ -67,10 +67,13 @@ class Triage:
     def say_unregistered(self, name: str, task: str, where: str) -> None:
         """R29: one line per schedule and boot: its task is not registered here, and beat
         sends it by name all the same (a task another codebase's workers serve, or a typo
-        that ``check`` names, W007)."""
+        that ``check`` names, W007). Nothing for a name ``DURABLEBEAT_EXTERNAL_TASKS``
+        matches: served elsewhere on purpose, sent by name without a word."""
         if self.tasks is None or task in self.tasks or name in self._said_unregistered:
             return
-        self._said_unregistered.add(name)
+        self._said_unregistered.add(name)  # said, or known external: asked once per boot
+        if is_external_task(task):
+            return
         logger.warning(
             "unregistered task schedule=%s task=%s sent by name, as Celery's beat sends it "
             "(%s; a worker that has not registered it either refuses it)%s",

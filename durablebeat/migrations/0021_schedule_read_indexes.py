@@ -1,5 +1,5 @@
-"""Two small partial indexes on the schedule table, so that ``check`` and the admin's
-filters read the rows they show, not every schedule (R33, issue 36 item 4):
+"""Four small indexes on the schedule table, two of them partial, so that ``check`` and the
+admin's filters and search read the rows they show, not every schedule (R33, issue 36 item 4):
 
 - ``durablebeat_stuck_idx``: ``stuck_since`` of the stuck rows (check's ``stuck``, the
   admin's stuck filter); the whole column on MariaDB/MySQL (``PartialIndex``).

@@ -129,18 +129,20 @@ COUNTED = 10_000
 
 
 def count_words(n: int, cap: int | None = None) -> str:
-    """``n`` counted up to ``cap`` (``COUNTED``): "1,234", or "more than 10,000" at it."""
+    """``n`` as ``counted`` returns it (to ``cap`` + 1): "1,234", "10,000" when there are
+    exactly ``cap`` (``COUNTED``), "more than 10,000" past it."""
     cap = COUNTED if cap is None else cap
-    return f"more than {cap:,}" if n >= cap else f"{n:,}"
+    return f"more than {cap:,}" if n > cap else f"{n:,}"
 
 
 def counted(rows: Any, skip: int = 0, cap: int | None = None) -> int:
     """How many of ``rows`` come after the first ``skip``, counted to ``cap`` (``COUNTED``)
-    at most: a ``COUNT`` over a ``LIMIT``, it reads ``skip + cap`` index entries at most."""
+    + 1 at most: ``cap`` + 1 means "more than ``cap``", so that exactly ``cap`` is said as
+    it is. A ``COUNT`` over a ``LIMIT``: it reads ``skip + cap + 1`` index entries at most."""
     cap = COUNTED if cap is None else cap
     # Unordered: how many there are does not depend on the order, and an ORDER BY lets the
     # planner walk another index (the name's) past a million rows to find a few.
-    return int(rows.order_by()[skip : skip + cap].count())
+    return int(rows.order_by()[skip : skip + cap + 1].count())
 
 
 def each_shown(

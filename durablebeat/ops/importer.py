@@ -255,7 +255,9 @@ def build_row(task: Any, now: dt.datetime) -> tuple[Schedule, str, list[str]]:
         next_fire_reason=Reason.SCHEDULED,
     )
     row.set_spec(spec)
-    errors = validate_schedule_fields(row)
+    # R29: the task is django-celery-beat's row's, a person's write, checked even when the
+    # name is also a beat_schedule entry's (the row then comes in as code's)
+    errors = validate_schedule_fields(row, check_task=True)
     try:
         row.clean_fields(exclude=set(errors))  # lengths and types, as the admin would
     except ValidationError as exc:

@@ -355,9 +355,12 @@ def _finding(
         nobody = "no live worker consumes it (no worker's liveness row is fresh)"
     main = getattr(app, "main", None) or "<your app>"
     also = ",".join([*sorted(workers or ()), group.queue])
+    # the ledger's runs are its sample of what waits (AMQP shows no message's id, so some
+    # may have been taken since): never more of them than the broker counts
+    ours = min(depth.messages, len(group.runs))
     return Finding(
         "unconsumed_queue",
-        f"queue {group.queue!r}: {depth.messages} message(s) waiting, {len(group.runs)} of "
+        f"queue {group.queue!r}: {depth.messages} message(s) waiting, {ours} of "
         f"them sent by schedules ({shown}), the oldest {ago(group.since, now)} ago "
         f"({group.since:%Y-%m-%d %H:%M:%S} UTC); {nobody}, so they never run. Fix: start a "
         f"worker that consumes it (celery -A {main} worker -Q {group.queue}), or add it to a "

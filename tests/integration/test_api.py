@@ -6,6 +6,7 @@ edit honoured at the next slot of the new timing, whatever the path."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ from django.db import transaction
 from django.test import override_settings
 
 from durablebeat import api, wakeup
+from durablebeat.core import timing
 from durablebeat.enums import Reason, RunState
 from durablebeat.models import Run, Schedule
 from durablebeat.ops.report import build_report, format_report
@@ -575,6 +577,25 @@ def test_one_field_per_mistake_whatever_the_call(frozen, call, mistake, field):
         CALLS[call](**dict(mistake))
     assert refused.value.field == field
     assert "(schedule 's')" in str(refused.value)
+
+
+def test_a_zone_is_looked_up_once_per_name_whatever_the_call(frozen, monkeypatch):
+    """R33: add_schedules of many entries in one zone looks the zone up once (cached per
+    name), and update_schedule checks its ``timezone`` once, in ``_parse``."""
+    looked_up: list[Any] = []
+    zone_of = timing.zone_of
+    monkeypatch.setattr(timing, "zone_of", lambda zone: looked_up.append(zone) or zone_of(zone))
+    monkeypatch.setattr(
+        api, "_known_zone", functools.lru_cache(maxsize=256)(api._known_zone.__wrapped__)
+    )
+    entries = {f"s-{i}": digest(timezone="Asia/Kathmandu") for i in range(5)}
+    api.add_schedules(entries)
+    assert looked_up == ["Asia/Kathmandu"]
+    looked_up.clear()
+    with pytest.raises(api.InvalidSchedule) as refused:
+        api.update_schedule("s-0", timezone="Mars/Olympus")  # refused: never cached
+    assert refused.value.field == "timezone"
+    assert looked_up == ["Mars/Olympus"]
 
 
 def test_delete_refuses_an_unknown_history_naming_the_schedule(frozen):

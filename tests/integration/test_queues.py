@@ -152,6 +152,15 @@ def test_the_finding_counts_the_schedules_and_names_the_first_few(
     assert "the oldest 7 min ago" in message
 
 
+def test_the_finding_never_says_more_of_them_from_schedules_than_are_waiting(t0):
+    """On RabbitMQ the ledger's runs are a sample the broker shows no message of: three
+    runs and one message waiting is "1 message(s) waiting, 1 of them", not "3 of them"."""
+    runs = {f"id-{n}": (f"digest-{n}", t0 - (n + 1) * MIN) for n in range(3)}
+    group = queues.Waiting("mail", t0 - 3 * MIN, runs)
+    finding = queues._finding(group, queues.Depth(1, consumers=0), None, t0, None)
+    assert "1 message(s) waiting, 1 of them sent by schedules" in finding.message
+
+
 def test_a_schedule_without_a_queue_is_looked_for_where_celery_routes_its_task(
     settings, make_schedule, make_run, t0
 ):

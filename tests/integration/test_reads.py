@@ -21,7 +21,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from durablebeat import api, db
-from durablebeat.admin.schedules import ScheduleAdmin, SchedulePaginator
+from durablebeat.admin.schedules import ScheduleAdmin
 from durablebeat.enums import RunState, Source
 from durablebeat.models import Schedule
 from durablebeat.ops import findings, health, report, run_findings, status
@@ -144,6 +144,21 @@ def test_counts_stop_at_their_cap(alive, make_schedule, now, t0, monkeypatch):
     found = [f for f in health.check(t0) if f.code == "stuck"]
     assert [f.schedule for f in found] == ["stuck-4", None]
     assert found[-1].message == "and more than 2 more schedules stuck"
+
+
+@pytest.mark.parametrize(("rest", "said"), [(2, "2"), (3, "more than 2")])
+def test_exactly_the_cap_is_counted_not_said_to_pass_it(
+    alive, make_schedule, now, t0, monkeypatch, rest, said
+):
+    """R33: "more than N" only when there are more than N: exactly the cap is said as is
+    (the count reads cap + 1 rows to tell the two apart)."""
+    monkeypatch.setattr(findings, "SHOWN", 1)
+    monkeypatch.setattr(findings, "COUNTED", 2)
+    for i in range(1 + rest):
+        make_schedule(f"stuck-{i}", every=60, next_fire_at=t0 + MIN, stuck_since=t0 - (7 + i) * H)
+    found = [f for f in health.check(t0) if f.code == "stuck"]
+    assert found[-1].message == f"and {said} more schedules stuck"
+    assert findings.count_words(findings.counted(Schedule.objects.all(), 1)) == said
 
 
 def test_no_success_finds_failing_rows_of_each_outcome_in_one_timing(alive, now, t0, created_at):
@@ -420,7 +435,7 @@ def test_report_a_timing_it_cannot_count_names_its_rows_and_keeps_the_others_bar
 
 def test_admin_list_pages_without_counting_the_whole_table(admin_client, now, t0, monkeypatch):
     monkeypatch.setattr(ScheduleAdmin, "list_per_page", 4)
-    monkeypatch.setattr(SchedulePaginator, "COUNTED", 6)
+    monkeypatch.setattr(findings, "COUNTED", 6)
     many(10, t0)
     with CaptureQueriesContext(connection) as captured:
         response = admin_client.get(f"{CHANGELIST}?q=digest-&p=2")
@@ -429,6 +444,23 @@ def test_admin_list_pages_without_counting_the_whole_table(admin_client, now, t0
     assert [r.name for r in cl.result_list] == ["digest-0004", "digest-0005"]
     assert cl.result_count == 6  # counted up to COUNTED, paged to there
     assert cl.full_result_count is None
+    counts = [q["sql"] for q in captured.captured_queries if "COUNT(*)" in q["sql"].upper()]
+    assert counts and all("LIMIT" in sql for sql in counts), counts
+
+
+def test_admin_unfiltered_list_counts_no_more_than_its_cap(admin_client, now, t0, monkeypatch):
+    """R33 on every stack: the unfiltered list, with no estimate from the database's
+    statistics (MariaDB, MySQL, SQLite, or a small PostgreSQL table), counts up to the cap
+    through a LIMIT, never the whole table."""
+    monkeypatch.setattr(ScheduleAdmin, "list_per_page", 4)
+    monkeypatch.setattr(findings, "COUNTED", 6)
+    many(10, t0)
+    with CaptureQueriesContext(connection) as captured:
+        response = admin_client.get(CHANGELIST)
+    assert response.status_code == 200
+    cl = response.context["cl"]
+    assert cl.result_count == 6
+    assert [r.name for r in cl.result_list] == [f"digest-{i:04d}" for i in range(4)]
     counts = [q["sql"] for q in captured.captured_queries if "COUNT(*)" in q["sql"].upper()]
     assert counts and all("LIMIT" in sql for sql in counts), counts
 

@@ -147,6 +147,20 @@ def test_an_unregistered_task_in_beat_schedule_is_w007_with_the_likely_typo(monk
     assert "beat sends it by name" in elsewhere.msg and "typo" not in elsewhere.msg
 
 
+def test_a_task_external_tasks_names_is_no_w007(monkeypatch, settings):
+    """R29: a name DURABLEBEAT_EXTERNAL_TASKS matches is served by another codebase on
+    purpose: no warning for it; a name it does not match still gets one."""
+    settings.DURABLEBEAT_EXTERNAL_TASKS = ["billing.*"]
+    entries = {
+        "elsewhere": {"task": "billing.invoices.send_all", "schedule": 60},
+        "ghost": {"task": "shop.tasks.ghost", "schedule": 60},
+    }
+    monkeypatch.setitem(app.conf, "beat_schedule", entries)
+    found = db_checks.check_code_schedules()
+    assert _ids(found) == ["durablebeat.W007"]
+    assert "beat_schedule['ghost']" in found[0].msg
+
+
 def test_an_unregistered_task_in_beat_schedule_never_stops_migrate(monkeypatch):
     """Issue 39: Django stops ``migrate`` and ``runserver`` on any Error of the check
     framework; an entry whose task this process has not registered raises none."""

@@ -16,6 +16,7 @@ from celery.schedules import crontab
 from django.core.exceptions import ValidationError
 
 from durablebeat import api
+from durablebeat.enums import Source
 from durablebeat.models import Schedule
 from durablebeat.schedulers import DurableScheduler
 from project.celery import app
@@ -62,6 +63,31 @@ def test_beat_boots_with_an_unregistered_task_fires_the_others_and_sends_it_by_n
     assert len(publisher.slots("elsewhere")) == len(publisher.slots("good")) == 2
     assert not Schedule.objects.exclude(error="").exists()  # never set aside for it
     assert len(_said(caplog, "elsewhere")) == 1  # once per boot, not per fire
+
+
+def test_a_task_external_tasks_names_is_sent_by_name_without_a_word(
+    make_engine, publisher, time_machine, t0, caplog, settings
+):
+    """R29: DURABLEBEAT_EXTERNAL_TASKS names a task served elsewhere on purpose: beat sends
+    it by name and says nothing of it (no unregistered_task line, no likely typo)."""
+    caplog.set_level(logging.WARNING, logger="durablebeat")
+    settings.DURABLEBEAT_EXTERNAL_TASKS = ["billing.*"]
+    time_machine.move_to(t0, tick=False)
+    allow = {"durablebeat": {"overlap": "allow"}}
+    engine = make_engine(
+        {
+            "elsewhere": {"task": ELSEWHERE, "schedule": crontab(), "options": allow},
+            "ghost": {"task": "shop.tasks.ghost", "schedule": crontab(), "options": allow},
+        }
+    )
+    engine.tick(t0)
+    now = t0 + dt.timedelta(minutes=1)
+    time_machine.move_to(now, tick=False)
+    engine.tick(now)
+    assert len(publisher.slots("elsewhere")) == 1
+    assert {c.message.task for c in publisher.claims} == {ELSEWHERE, "shop.tasks.ghost"}
+    assert _said(caplog, "elsewhere") == []
+    assert len(_said(caplog, "ghost")) == 1
 
 
 def test_a_database_row_whose_task_beat_has_not_registered_is_sent_and_said_once(
@@ -145,6 +171,20 @@ def test_a_stored_code_row_with_an_unregistered_task_may_be_edited(make_engine):
     row.full_clean()
     row.save()
     assert Schedule.objects.get(name="elsewhere").description == "sends the invoices"
+
+
+@pytest.mark.parametrize("write", ["full_clean", "save"])
+def test_a_new_code_row_with_an_unregistered_task_is_taken_by_every_check(write):
+    """R29: the code sync's own rows are never refused over the task name: a new
+    beat_schedule row (no pk yet) passes full_clean as it passes save(), one decision
+    (validate_schedule_fields); a new row of any other source is refused by both."""
+    row = Schedule(name="elsewhere", task=ELSEWHERE, every=dt.timedelta(minutes=1))
+    row.source = Source.CODE
+    getattr(row, write)()
+    other = Schedule(name="typed", task=ELSEWHERE, every=dt.timedelta(minutes=1))
+    with pytest.raises(ValidationError) as refused:
+        getattr(other, write)()
+    assert "task" in refused.value.message_dict
 
 
 def test_the_admin_form_refuses_a_typo_naming_the_closest_task(admin_client, settings):
