@@ -331,7 +331,7 @@ def status_json(
         {"hostname": b.hostname, "pid": b.pid, "started_at": b.started_at.isoformat()}
         for b in health.live_boots(now)
     ]
-    # a part's count stops at COUNTED: "counted_to" says where
+    # a part's count stops at COUNTED + 1 (more than "counted_to"): "counted_to" says where
     yield json.dumps({"counts": counts(now, parts), "counted_to": COUNTED, "beats": beats})
     for part in parts:
         for row in part.rows[:limit]:
