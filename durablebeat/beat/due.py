@@ -128,6 +128,16 @@ def fetch_due(horizon: dt.datetime, limit: int, lock: bool = False) -> list[Sche
     return _fetch(1, horizon, limit, lock)
 
 
+def read_due(horizon: dt.datetime, limit: int) -> tuple[list[Schedule], dt.datetime | None]:
+    """A tick's due read (R4, R33): the rows this beat takes (locked, ``fetch_due``) and the
+    earliest next fire up to ``horizon``, another beat's held rows included
+    (``first_due``), by which this beat wakes. Nothing due: one probe, no locked read."""
+    first = first_due(horizon)
+    if first is None:
+        return [], None
+    return fetch_due(horizon, limit, lock=True), first
+
+
 def first_due(horizon: dt.datetime) -> dt.datetime | None:
     """The earliest next fire up to ``horizon``, read without a lock: what another beat
     holds (claiming it, or waiting for its instant, R28) counts too, which

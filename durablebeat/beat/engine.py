@@ -176,8 +176,7 @@ class Engine:
                 if woken_on_change:
                     idle = max(MIN_SLEEP, self.session.next_heartbeat_in(now))
                 horizon = now + dt.timedelta(seconds=idle)
-                first = due_query.first_due(horizon)
-                rows = [] if first is None else due_query.fetch_due(horizon, limit, lock=True)
+                rows, first = due_query.read_due(horizon, limit)
                 # R33: rows without a next fire wait for the due work (``_fill``); asked
                 # here, in the due transaction, so an idle tick costs no more statements
                 unfilled = due_query.has_unfilled()

@@ -223,6 +223,7 @@ def test_during_a_database_outage_disabled_and_bad_code_schedules_stay_silent(
         raise OperationalError("server closed the connection unexpectedly")
 
     monkeypatch.setattr(due, "fetch_due", down)
+    monkeypatch.setattr(due, "first_due", down)  # the tick asks it first
     monkeypatch.setattr(boots, "register_boot", down)
     for k in range(11, 100):
         engine.tick(t0 + k * S)

@@ -62,6 +62,7 @@ def test_a_due_query_the_server_refuses_stops_the_boot(make_engine, monkeypatch,
     """R23: MariaDB refuses ``FOR UPDATE OF``; a refusal that recurs is not an outage to sit
     out in memory mode for ever."""
     monkeypatch.setattr(due, "fetch_due", _refused_feature)
+    monkeypatch.setattr(due, "first_due", _refused_feature)  # the tick asks it first
     with pytest.raises(DatabaseUnusable, match="FOR UPDATE OF is not supported"):
         make_engine(CODE).tick(t0)
 
@@ -85,6 +86,7 @@ def test_after_boot_a_recurring_error_is_logged_and_check_reports_it_critical(
     assert engine.db_ok
     assert "database_error" not in {f.code for f in health.check(t0)}
     monkeypatch.setattr(due, "fetch_due", _missing_table)
+    monkeypatch.setattr(due, "first_due", _missing_table)  # the tick asks it first
     engine.tick(t0 + S)
     assert not engine.db_ok
     assert "database_error" in {r.event for r in caplog.records if hasattr(r, "event")}
@@ -107,6 +109,7 @@ def test_after_boot_a_connection_cut_is_no_database_error(make_engine, monkeypat
     engine = make_engine(CODE)
     engine.tick(t0)
     monkeypatch.setattr(due, "fetch_due", _connection_cut)
+    monkeypatch.setattr(due, "first_due", _connection_cut)  # the tick asks it first
     engine.tick(t0 + S)
     assert not engine.db_ok
     assert not Incident.objects.filter(kind=dberrors.KIND).exists()
