@@ -189,11 +189,24 @@ class PartialIndex(models.Index):
     ``models.W037`` warns that it would be ignored: the due query reads through the plain
     index, tests/integration/test_mysql_index.py)."""
 
-    def __init__(self, *, where: Q, vendors: tuple[str, ...] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        where: Q,
+        vendors: tuple[str, ...] | None = None,
+        only_on: tuple[str, ...] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.where = where
         #: the databases that get the ``WHERE`` (None: every one that has partial indexes)
         self.vendors = vendors
+        #: the databases that get the index at all (None: every one); elsewhere it is in
+        #: Django's state only, and the migration that adds it builds nothing there
+        self.only_on = only_on
+
+    def built_on(self, vendor: str) -> bool:
+        return self.only_on is None or vendor in self.only_on
 
     def _get_condition_sql(self, model: Any, schema_editor: Any) -> str | None:
         connection = schema_editor.connection
@@ -211,6 +224,8 @@ class PartialIndex(models.Index):
         path, expressions, kwargs = super().deconstruct()
         if self.vendors is not None:
             kwargs["vendors"] = self.vendors
+        if self.only_on is not None:
+            kwargs["only_on"] = self.only_on
         return path, expressions, {**kwargs, "where": self.where}
 
 
@@ -480,11 +495,15 @@ class Schedule(models.Model):
             # the few rows paused or set aside (R21, R33): check's bad_row finding, status's
             # set-aside part, the admin's bad-row and disabled filters. PostgreSQL only, as
             # durablebeat_run_inflight_idx: SQLite's planner ignores it (Django binds the ''
-            # as a parameter); elsewhere the small ``enabled`` column is indexed in its place.
+            # as a parameter). Built on PostgreSQL only: a plain index on ``enabled`` in its
+            # place was what MariaDB's planner took for the due query, which then locked
+            # every enabled row, so a second beat's SKIP LOCKED found none (R4; its
+            # tests/integration/test_vendors.py test). Elsewhere these read the table.
             PartialIndex(
                 fields=["enabled"],
                 where=Q(enabled=False) | ~Q(error=""),
                 vendors=("postgresql",),
+                only_on=("postgresql",),
                 name="durablebeat_paused_or_bad_idx",
             ),
             # status's failing part and the admin's outcome filter: the rows of one last

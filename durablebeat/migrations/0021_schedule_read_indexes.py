@@ -5,8 +5,8 @@ admin's filters and search read the rows they show, not every schedule (R33, iss
   admin's stuck filter); the whole column on MariaDB/MySQL (``PartialIndex``).
 - ``durablebeat_paused_or_bad_idx``: the rows paused or set aside, ``WHERE NOT enabled OR
   NOT error = ''`` (check's ``bad_row``, status's set-aside part, the admin's bad-row and
-  disabled filters); on PostgreSQL only, the whole ``enabled`` column elsewhere
-  (``PartialIndex``'s ``vendors``, as 0017).
+  disabled filters); on PostgreSQL only (``only_on``): a plain ``enabled`` index in its
+  place made MariaDB's due query lock every enabled row (R4); elsewhere they read the table.
 - ``durablebeat_outcome_idx``: ``last_outcome`` (status's failing part, the admin's
   outcome filter). A completion that leaves the outcome as it was writes no index entry.
 - on PostgreSQL, ``durablebeat_name_upper_idx``: ``UPPER(name) text_pattern_ops``, the
@@ -37,6 +37,7 @@ NEW = (
         name="durablebeat_paused_or_bad_idx",
         where=models.Q(("enabled", False)) | ~models.Q(("error", "")),
         vendors=("postgresql",),
+        only_on=("postgresql",),
     ),
     models.Index(fields=["last_outcome"], name="durablebeat_outcome_idx"),
 )
@@ -51,6 +52,10 @@ NAME_UPPER_SQL = (
 def _forwards(apps: Any, schema_editor: Any) -> None:
     schedule = apps.get_model("durablebeat", "Schedule")
     for index in NEW:
+        if isinstance(index, durablebeat.models.PartialIndex) and not index.built_on(
+            schema_editor.connection.vendor
+        ):
+            continue
         if schema_editor.connection.vendor == "postgresql":
             sql = str(index.create_sql(schedule, schema_editor, concurrently=True))
             schema_editor.execute(sql.replace("CONCURRENTLY", "CONCURRENTLY IF NOT EXISTS", 1))
@@ -65,6 +70,10 @@ def _backwards(apps: Any, schema_editor: Any) -> None:
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {NAME_UPPER}")
     for index in NEW:
+        if isinstance(index, durablebeat.models.PartialIndex) and not index.built_on(
+            schema_editor.connection.vendor
+        ):
+            continue
         if schema_editor.connection.vendor == "postgresql":
             schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {index.name}")
         else:
