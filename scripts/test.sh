@@ -103,42 +103,80 @@ if [ $fast = 1 ]; then
 fi
 
 # --- the whole suite -------------------------------------------------------------------
-# Side A (niced): lint, then the matrix cells' venvs and their unit and integration runs,
-# one after another (MariaDB's cell first: the MariaDB e2e run below uses its venv).
+# The unit and integration runs of the matrix cells and SQLite wait in a queue
+# (test-output/runs/queue/todo); a lane takes the next one by moving it to taken/ (a rename:
+# two lanes never take the same). The side lane (niced, so the e2e processes' timings get
+# the CPU first) starts at once, after lint and the cells' venvs; the main lane joins it
+# once the PostgreSQL and MariaDB e2e runs have ended.
+QUEUE=$OUT/runs/queue
+mkdir -p "$QUEUE/todo" "$QUEUE/taken"
+for item in 1-py312-django6-mariadb 2-py313-django6-postgres 3-py313-django6-sqlite \
+    4-py312-django42-postgres 5-sqlite; do
+    touch "$QUEUE/todo/$item"
+done
+
+run_item() {  # one queued run, on the lane's Redis databases
+    local redis_db=$1 item=$2 suffix=_${2#*-}
+    suffix=${suffix//-/_}
+    case ${item#*-} in
+        py312-django6-mariadb)
+            DURABLEBEAT_TEST_DB=mariadb run "${item#*-}" "$redis_db" "$suffix" \
+                .venv-py312-django6-mariadb/bin/python -n 2 tests/unit tests/integration \
+                -m "not postgres_only" ;;
+        py313-django6-postgres)
+            DURABLEBEAT_TEST_DB=postgres run "${item#*-}" "$redis_db" "$suffix" \
+                .venv-py313-django6/bin/python -n 2 tests/unit tests/integration ;;
+        py313-django6-sqlite)
+            DURABLEBEAT_TEST_DB=sqlite run "${item#*-}" "$redis_db" "$suffix" \
+                .venv-py313-django6/bin/python -n 2 tests/integration -m "not postgres_only" ;;
+        # Django 4.2 on PostgreSQL: on SQLite it has no IMMEDIATE transactions (Django
+        # 5.1+), so two beats at once there meet "database is locked" (configuration.md).
+        py312-django42-postgres)
+            DURABLEBEAT_TEST_DB=postgres run "${item#*-}" "$redis_db" "$suffix" \
+                .venv-py312-django42-postgres/bin/python -n 2 tests/unit tests/integration ;;
+        sqlite)
+            DURABLEBEAT_TEST_DB=sqlite run sqlite "$redis_db" "$suffix" "$PY" -n 2 \
+                tests/integration -m "not postgres_only" "${ARGS[@]}" ;;
+    esac
+}
+
+lane() {  # lane's Redis database base: takes queued runs until none is left
+    local redis_db=$1 status=0 item
+    while true; do
+        item=
+        for f in "$QUEUE"/todo/*; do
+            [ -e "$f" ] || continue
+            if mv "$f" "$QUEUE/taken/" 2>/dev/null; then item=$(basename "$f"); break; fi
+        done
+        [ -n "$item" ] || return $status
+        run_item "$redis_db" "$item" || status=1
+    done
+}
+
 side() {
     renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true  # what it starts inherits it
     local status=0
     lint >"$OUT/runs/lint.log" 2>&1 || { status=1; echo "lint failed:"; cat "$OUT/runs/lint.log"; }
     echo "lint: $((SECONDS - start)) s"
+    # The cells' venvs (uv: seconds each), MariaDB's first: the MariaDB e2e run uses it
     if cell py312-django6-mariadb 3.12 "~=6.0"; then
         touch "$OUT/runs/mariadb-venv.ready"
-        DURABLEBEAT_TEST_DB=mariadb run py312-django6-mariadb 9 _side .venv-py312-django6-mariadb/bin/python \
-            -n 2 tests/unit tests/integration -m "not postgres_only" || status=1
     else
         touch "$OUT/runs/mariadb-venv.failed"
         status=1
     fi
-    if cell py313-django6 3.13 "~=6.0"; then
-        DURABLEBEAT_TEST_DB=postgres run py313-django6-postgres 9 _side .venv-py313-django6/bin/python \
-            -n 2 tests/unit tests/integration || status=1
-        DURABLEBEAT_TEST_DB=sqlite run py313-django6-sqlite 9 _side .venv-py313-django6/bin/python \
-            -n 2 tests/integration -m "not postgres_only" || status=1
-    else
-        status=1
+    cell py313-django6 3.13 "~=6.0" || status=1
+    cell py312-django42-postgres 3.12 "~=4.2.0" || status=1
+    echo "the cells' venvs: $((SECONDS - start)) s"
+    if [ $status != 0 ]; then
+        rm -f "$QUEUE"/todo/*  # a cell without its venv cannot run: said above
+        return $status
     fi
-    # Django 4.2 on PostgreSQL: on SQLite it has no IMMEDIATE transactions (Django 5.1+), so
-    # two beats at once there meet "database is locked" (docs/configuration.md).
-    if cell py312-django42-postgres 3.12 "~=4.2.0"; then
-        DURABLEBEAT_TEST_DB=postgres run py312-django42-postgres 9 _side \
-            .venv-py312-django42-postgres/bin/python -n 2 tests/unit tests/integration || status=1
-    else
-        status=1
-    fi
-    DURABLEBEAT_TEST_DB=sqlite run sqlite 9 _side "$PY" -n 2 tests/integration \
-        -m "not postgres_only" "$@" || status=1
+    lane 9 || status=1  # Redis databases 9 and 8
     return $status
 }
-side "$@" >"$OUT/runs/side.out" 2>&1 &
+ARGS=("$@")
+side >"$OUT/runs/side.out" 2>&1 &
 side_pid=$!
 trap 'kill "$side_pid" 2>/dev/null' EXIT
 
@@ -163,9 +201,11 @@ DURABLEBEAT_TEST_DB=postgres run postgres-e2e 15 "" "$PY" -n 4 --dist loadgroup 
     || status=1
 wait "$mariadb_pid" || status=1
 echo "the PostgreSQL and MariaDB e2e runs ended: $((SECONDS - start)) s"
+# The main lane joins the queue (Redis databases 13 and 12, free now)
+lane 13 || status=1
 wait "$side_pid" || status=1
 trap - EXIT
-echo "=== the side runs (lint, the matrix cells, SQLite), as they printed"
+echo "=== the side lane (lint, the matrix cells), as it printed"
 cat "$OUT/runs/side.out"
 echo "whole suite: $((SECONDS - start)) s"
 "$PY" scripts/results.py "$OUT/runs" || status=1  # its last line: the suite's counts
