@@ -104,9 +104,9 @@ def counts_line(found: dict[str, int]) -> str:
     )
 
 
-def named(pattern: str) -> tuple[QuerySet[Schedule], str]:
-    """The rows whose name matches ``pattern`` (shell-style: ``*``, ``?``, ``[...]``), read
-    by the prefix before its first wildcard through the name's index; and that prefix."""
+def named(pattern: str) -> QuerySet[Schedule]:
+    """The rows whose name may match ``pattern`` (shell-style: ``*``, ``?``, ``[...]``),
+    read by the prefix before its first wildcard through the name's index."""
     prefix = pattern
     for i, char in enumerate(pattern):
         if char in "*?[":
@@ -114,16 +114,21 @@ def named(pattern: str) -> tuple[QuerySet[Schedule], str]:
             break
     rows = Schedule.objects.order_by("name")
     if prefix == pattern:
-        return rows.filter(name=pattern), prefix
-    return (rows.filter(name__startswith=prefix) if prefix else rows), prefix
+        return rows.filter(name=pattern)
+    return rows.filter(name__startswith=prefix) if prefix else rows
 
 
-def _matching(rows: QuerySet[Schedule], pattern: str | None) -> Iterator[Schedule]:
-    """``rows`` a page at a time (``db.by_name_pages``); with a pattern, the names that
-    match it whole."""
-    for row in db.by_name_pages(rows):
-        if pattern is None or fnmatch.fnmatchcase(row.name, pattern):
-            yield row
+def _matching(pattern: str | None, limit: int | None) -> Iterator[Schedule]:
+    """The schedules ``status --all`` or ``--name`` shows, by name, a page at a time
+    (``db.by_name_pages``): every one, or those whose name matches ``pattern`` whole;
+    at most ``limit``."""
+    rows = Schedule.objects.order_by("name") if pattern is None else named(pattern)
+    found = (
+        row
+        for row in db.by_name_pages(rows)
+        if pattern is None or fnmatch.fnmatchcase(row.name, pattern)
+    )
+    return found if limit is None else itertools.islice(found, limit)
 
 
 def _status_row(row: Schedule, now: dt.datetime) -> tuple[str, ...]:
@@ -232,11 +237,7 @@ def status_lines(
             yield f.line()
         return
     if every or name is not None:
-        rows, _ = named(name) if name is not None else (Schedule.objects.order_by("name"), "")
-        matching = _matching(rows, name)
-        if limit is not None:
-            matching = itertools.islice(matching, limit)
-        yield from _streamed_table(_cells(row, now) for row in matching)
+        yield from _streamed_table(_cells(row, now) for row in _matching(name, limit))
         yield ""
         yield _beats_line(now)
         return
@@ -318,11 +319,7 @@ def status_json(
             yield json.dumps(f.as_dict())
         return
     if every or name is not None:
-        rows, _ = named(name) if name is not None else (Schedule.objects.order_by("name"), "")
-        matching = _matching(rows, name)
-        if limit is not None:
-            matching = itertools.islice(matching, limit)
-        for row in matching:
+        for row in _matching(name, limit):
             yield json.dumps(_as_dict(row, now, None))
         return
     limit = DEFAULT_LIMIT if limit is None else limit
