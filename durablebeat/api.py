@@ -718,6 +718,8 @@ def _entry_of(row: Schedule) -> dict[str, Any]:
         "catch_up_window": row.catch_up_window,
         "startup_grace": row.startup_grace,
         "overlap": row.overlap,
+        "max_in_flight": row.max_in_flight,
+        "terminate": bool(row.terminate),
         "retention": row.retention,
         "description": row.description,
     }

@@ -29,6 +29,8 @@ class Overlap(models.TextChoices):
 
     SKIP = core.Overlap.SKIP.value, "Skip while running"
     ALLOW = core.Overlap.ALLOW.value, "Allow overlap"
+    BUFFER_ONE = core.Overlap.BUFFER_ONE.value, "Buffer one, send it when the run ends"
+    REPLACE = core.Overlap.REPLACE.value, "Replace the run in flight"
 
 
 class Reason(models.TextChoices):
@@ -40,10 +42,11 @@ class Reason(models.TextChoices):
     MANUAL = core.Reason.MANUAL.value, "Manual"
     REPUBLISH = core.Reason.REPUBLISH.value, "Re-publish"
     BACKFILL = core.Reason.BACKFILL.value, "Backfill"
+    BUFFERED = core.Reason.BUFFERED.value, "Buffered"
 
 
 class RunState(models.TextChoices):
-    """Where one fire is in its life (R11, R22). Terminal: succeeded, failed, lost, skipped,
+    """Where one fire is in its life (R11, R22, R34). Terminal: succeeded, failed, lost, skipped,
     missed. ``no_news`` is the one documented non-terminal resting state."""
 
     CLAIMED = "claimed", "Claimed"  #: slot claimed and next fire advanced; not yet on the broker
@@ -59,6 +62,9 @@ class RunState(models.TextChoices):
     NO_NEWS = "no_news", "No news"
     SKIPPED = "skipped", "Skipped"  #: not sent: overlap policy or another recorded reason (R14)
     MISSED = "missed", "Missed"  #: not sent: the slot could not go out while it was worth sending
+    #: revoked by beat for a newer slot of an ``overlap=replace`` schedule (R34); final:
+    #: whatever its worker says later does not move it
+    REPLACED = "replaced", "Replaced"
 
 
 #: the detail of a run the result backend finished that no worker ever reported started:
@@ -90,4 +96,5 @@ FINAL_STATES = (
     RunState.LOST,
     RunState.SKIPPED,
     RunState.MISSED,
+    RunState.REPLACED,
 )

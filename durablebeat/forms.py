@@ -207,6 +207,7 @@ class ScheduleForm(_ModelForm):
             "description": forms.Textarea(attrs={"rows": 2, "cols": 60}),
             "ignore_result": DefaultBooleanSelect(),
         }
+        field_classes = {"terminate": forms.BooleanField}  # a checkbox: empty is no (R34)
 
     def clean_args(self) -> Any:
         return _without_code_markers(self.cleaned_data.get("args"))

@@ -80,9 +80,17 @@ TIMING_FIELDS = (
     "custom_schedule",
 )
 TIMING_FIELDS_SET = frozenset(TIMING_FIELDS)
-#: what beat does at a restart, a missed slot or a fire while one runs (R2, R8, R14), and
-#: how long the ledger keeps its runs (R32)
-POLICY_FIELDS = ("startup_grace", "catch_up", "catch_up_window", "overlap", "retention")
+#: what beat does at a restart, a missed slot or a fire while one runs (R2, R8, R14, R34),
+#: and how long the ledger keeps its runs (R32)
+POLICY_FIELDS = (
+    "startup_grace",
+    "catch_up",
+    "catch_up_window",
+    "overlap",
+    "max_in_flight",
+    "terminate",
+    "retention",
+)
 
 #: timing's field names that differ from the model's
 _SPEC_FIELD_TO_MODEL = {"at": "clocked_at", "schedule": "kind"}
@@ -132,6 +140,8 @@ def edit_rules(row: Schedule, changed: set[str], is_new: bool, now: dt.datetime)
         return notes
     if "enabled" in changed and row.enabled and "enabled_at" not in changed:
         row.enabled_at = now  # check's no_success counts its periods from here
+    if "enabled" in changed and not row.enabled:
+        row.buffered_slot = None  # R34: a paused schedule keeps no slot for later
     if "next_fire_at" in changed:
         if row.__dict__.get("_first_fire") != row.next_fire_at:  # not ``FirstFires``'s
             row.next_fire_reason = Reason.SCHEDULED
@@ -268,6 +278,8 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
                     "next_fire_reason", _where(passed, Reason.SCHEDULED, "next_fire_reason")
                 )
                 kwargs["next_fire_at"] = _where(passed, None, "next_fire_at")
+        if kwargs.get("enabled") is False:
+            kwargs.setdefault("buffered_slot", None)  # R34: a paused schedule keeps no slot
         if "next_fire_at" in kwargs:
             kwargs.setdefault("next_fire_reason", Reason.SCHEDULED)
         elif TIMING_FIELDS_SET & kwargs.keys():
@@ -441,7 +453,31 @@ class Schedule(models.Model):
     catch_up_window = models.DurationField(
         null=True, blank=True, help_text="Empty: DURABLEBEAT_CATCH_UP_WINDOW."
     )
-    overlap = models.CharField(max_length=16, choices=Overlap.choices, default=Overlap.SKIP)
+    overlap = models.CharField(
+        max_length=16,
+        choices=Overlap.choices,
+        default=Overlap.SKIP,
+        help_text="A slot that comes while a run is in flight: skipped, sent anyway (up to "
+        "max in flight), kept and sent when that run ends (one at most), or sent in place "
+        "of that run (R14, R34).",
+    )
+    #: R34: nullable, as every column added since 0001 (the previous release inserts)
+    max_in_flight = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="With overlap 'allow': at most this many runs in flight, a slot beyond "
+        "it is skipped. Empty: no bound.",
+    )
+    #: empty (NULL, what the previous release inserts) is no
+    terminate = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text="With overlap 'replace': terminate the running task (Celery's revoke "
+        "with terminate), not only revoke it.",
+    )
+    #: R34, ``overlap=buffer_one``: the slot kept while a run is in flight, sent when it
+    #: ends (its run is written then); None: none kept
+    buffered_slot = models.DateTimeField(null=True, blank=True, editable=False)
     #: R32: nullable, so that the previous release, which does not name it, still inserts
     retention = models.DurationField(
         null=True,

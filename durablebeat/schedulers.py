@@ -109,6 +109,7 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
             code_entries=entries,
             publish=self._send,
             publish_batch=self._batch,
+            revoke=self._revoke,
             broker_errors=publishing.broker_errors(self.connection),
             sync_clock=dbclock.sync,  # R26: measured at boot and with each heartbeat
             hold=self._hold,  # a tick run ahead commits its claims at its instant
@@ -213,6 +214,11 @@ class DurableScheduler(Scheduler):  # type: ignore[misc]
     def _send(self, claim: Claim) -> None:
         self._hold()
         publishing.send(self.app, claim, producer=self.producer)
+
+    def _revoke(self, task_ids: list[str], terminate: bool) -> None:
+        """R34: Celery's revoke, broadcast to the workers (terminate: the body is killed
+        with the worker's default signal), on this beat's broker connection."""
+        self.app.control.revoke(task_ids, terminate=terminate, connection=self.connection)
 
     def _batch(self) -> contextlib.AbstractContextManager[Any]:
         """kombu's publish batch (one Redis pipeline per batch), where the transport has it;

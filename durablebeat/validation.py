@@ -36,7 +36,7 @@ from .conf import (
     settings,
 )
 from .core import solar, timing
-from .enums import Kind, Source
+from .enums import Kind, Overlap, Source
 from .words import limit_words
 
 if TYPE_CHECKING:
@@ -526,6 +526,33 @@ def _range_errors(schedule: Schedule) -> dict[str, str]:
     return {name: msg for name, msg in checks.items() if msg is not None}
 
 
+#: R34: the most runs in flight ``max_in_flight`` may allow
+MAX_IN_FLIGHT = 10_000
+
+
+def _overlap_errors(schedule: Schedule) -> dict[str, str]:
+    """R34: a bound on the runs in flight is ``allow``'s, terminating is ``replace``'s; said
+    where they are set with another overlap rather than ignored."""
+    errors: dict[str, str] = {}
+    bound, overlap = schedule.max_in_flight, schedule.overlap
+    if bound is not None:
+        if isinstance(bound, bool) or not isinstance(bound, int):
+            errors["max_in_flight"] = f"must be a whole number, got {bound!r:.60}"
+        elif not 1 <= bound <= MAX_IN_FLIGHT:
+            errors["max_in_flight"] = f"must be from 1 to {MAX_IN_FLIGHT}, got {bound}"
+        elif overlap != Overlap.ALLOW:
+            errors["max_in_flight"] = (
+                f"bounds overlap 'allow' only (this schedule's overlap is {overlap!r:.30}): "
+                "'skip' and 'buffer_one' hold one run in flight, 'replace' one"
+            )
+    if schedule.terminate and overlap != Overlap.REPLACE:
+        errors["terminate"] = (
+            f"terminates the run a slot replaces, with overlap 'replace' only (this "
+            f"schedule's overlap is {overlap!r:.30})"
+        )
+    return errors
+
+
 def _kind_errors(schedule: Schedule) -> dict[str, str]:
     """R25: a solar schedule needs ephem installed; a custom one exists only in code."""
     if schedule.kind == Kind.SOLAR and importlib.util.find_spec("ephem") is None:
@@ -555,7 +582,7 @@ def validate_schedule_fields(
     message = message_errors(schedule.args, schedule.kwargs, schedule.headers)
     for name, msg in (message | _range_errors(schedule)).items():
         errors.setdefault(name, msg)
-    for name, msg in _kind_errors(schedule).items():
+    for name, msg in (_kind_errors(schedule) | _overlap_errors(schedule)).items():
         errors.setdefault(name, msg)
     task = schedule.task
     if check_task is None:

@@ -36,6 +36,7 @@ _OUTCOME_COLOURS = {
     RunState.LOST: "#c62828",
     RunState.SKIPPED: "#ef6c00",
     RunState.MISSED: "#ef6c00",
+    RunState.REPLACED: "#882255",
 }
 
 

@@ -106,6 +106,7 @@ class ScheduleAdmin(GuardedAdmin):
         "last_failed",
         "outcome",
         "stuck_detail",
+        "kept_slot",
         "error_detail",
         "source",
         "removed_from_code",
@@ -239,6 +240,13 @@ class ScheduleAdmin(GuardedAdmin):
             words.duration_words(clock.now() - obj.stuck_since),
             obj.stuck_reason,
         )
+
+    @admin.display(description="slot kept")
+    def kept_slot(self, obj: Schedule) -> str:
+        """R34, ``overlap=buffer_one``: the slot kept behind the run in flight."""
+        if obj.buffered_slot is None:
+            return "none"
+        return format_html("{}: sent when the run in flight ends", local(obj.buffered_slot))
 
     @admin.display(description="error")
     def error_detail(self, obj: Schedule) -> str:

@@ -14,7 +14,7 @@ import datetime as dt
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import IntegrityError
@@ -28,8 +28,10 @@ from ..core.policy import (
     Due,
     Fire,
     Miss,
+    Step,
     news_overdue,
     no_news_bound,
+    overlap_step,
 )
 from ..enums import IN_FLIGHT_STATES, RUN_NOW_ADMIN, Failure, Overlap, Reason, RunState
 from ..models import (
@@ -37,6 +39,7 @@ from ..models import (
     Run,
     Schedule,
 )
+from ..overlap import release_kept
 from ..validation import storable
 from . import batch_claim
 from .boots import dead_q, why_late
@@ -114,11 +117,11 @@ def in_flight_runs(schedule_ids: Iterable[int]) -> QuerySet[Run]:
     ).order_by()
 
 
-def _in_flight(schedule_ids: Iterable[int], now: dt.datetime) -> dict[int, Run]:
-    """R14 + R22: the latest run of each schedule with evidence that it is alive: started
-    on a worker that is alive and within its hard time limit, or claimed or published and
-    still inside the no-news bound. A published run past the bound is marked ``no_news``
-    here, so a lost write or a lost message never holds a schedule for ever."""
+def _in_flight(schedule_ids: Iterable[int], now: dt.datetime) -> dict[int, list[Run]]:
+    """R14 + R22 + R34: each schedule's runs with evidence that they are alive, oldest slot
+    first: started on a worker that is alive and within its hard time limit, or claimed or
+    published and still inside the no-news bound. A published run past the bound is marked
+    ``no_news`` here, so a lost write or a lost message never holds a schedule for ever."""
     s = conf.settings
     runs = sorted(
         in_flight_runs(schedule_ids).annotate(
@@ -129,16 +132,16 @@ def _in_flight(schedule_ids: Iterable[int], now: dt.datetime) -> dict[int, Run]:
         key=lambda r: r.slot,
     )
     seen = worker_seen_at(r for r in runs if r.state == RunState.STARTED)
-    live: dict[int, Run] = {}
+    live: dict[int, list[Run]] = {}
     overdue: list[Run] = []
     for run in runs:
         if run.state == RunState.STARTED and run.started_at is not None:
             if dead_reason(run, seen, now) is None:
-                live[run.schedule_id] = run
+                live.setdefault(run.schedule_id, []).append(run)
             continue  # a dead worker's run is the orphan reclaim's to mark lost (R15)
         bound = no_news_bound(run.expire_seconds, s.NO_NEWS_AFTER, run.countdown)
         if not news_overdue(run.published_at or run.claimed_at, bound, now):
-            live[run.schedule_id] = run
+            live.setdefault(run.schedule_id, []).append(run)
         elif run.state == RunState.PUBLISHED:
             overdue.append(run)
         # A claimed run past the bound stays claimed: its publish is retried, or settled
@@ -147,10 +150,17 @@ def _in_flight(schedule_ids: Iterable[int], now: dt.datetime) -> dict[int, Run]:
     return live
 
 
-def _skip_reason(run: Run) -> str:
+def _skip_reason(due: Due, live: list[Run]) -> str:
+    """Why a slot is skipped: the run(s) in flight that held it (R14, R34)."""
+    run = live[-1]
     reason = f"previous run (slot {run.slot.isoformat()}, task {run.task_id}) is still {run.state}"
     if run.worker:
         reason += f" on {run.worker}"
+    if due.overlap == Overlap.ALLOW:
+        reason = f"{len(live)} runs in flight (max_in_flight {due.max_in_flight}); latest: {reason}"
+    elif due.overlap == Overlap.BUFFER_ONE and due.buffered_slot is not None:
+        kept = due.buffered_slot.isoformat()
+        reason = f"slot {kept} is already kept (overlap=buffer_one) behind: {reason}"
     return reason[:300]
 
 
@@ -164,32 +174,34 @@ class Claimed:
 
 
 def claim(fires: Sequence[ToFire], boot_id: uuid.UUID, now: dt.datetime) -> list[Claim]:
-    """R3 + R4 + R14 for a batch: in one transaction, for each due slot, compare-and-set the
-    next fire and insert its run (or its skipped entry). The caller publishes after commit.
+    """R3 + R4 + R14 + R34 for a batch: in one transaction, for each due slot,
+    compare-and-set the next fire and insert its run (or its skipped entry, or keep it
+    behind the run in flight). The caller publishes after commit (and revokes what a
+    ``replace`` replaced first).
 
-    The common case (a slot on its grid, not blocked by a run in flight) is set-based: the
+    The common case (a slot on its grid, not held by a run in flight) is set-based: the
     rows, locked by the due query (or here, in id order, where the server cannot skip
     locked rows: ``batch_claim.lock_in_order``), are moved on by one statement whose
     ``WHERE next_fire_at = <as read>`` is the compare-and-set, and their runs inserted by one
-    ``INSERT``; a batch costs a handful of statements whatever its size. The rest (skips,
-    catch-ups with missed slots, one-offs) go one by one.
+    ``INSERT``; a batch costs a handful of statements whatever its size. The rest (overlap
+    steps other than a plain fire, catch-ups with missed slots, one-offs) go one by one.
 
     All of the batch in one savepoint, or nothing and an exception."""
     claims: dict[int, Claim] = {}
     with db.atomic():
         batch_claim.lock_in_order([f.due.id for f in fires])
-        skip_ids = [f.due.id for f in fires if f.due.overlap == Overlap.SKIP]
-        busy = _in_flight(skip_ids, now) if skip_ids else {}
+        watched = [f.due.id for f in fires if _watched(f.due)]
+        live = _in_flight(watched, now) if watched else {}
         bulk: list[ToFire] = []
         for f in fires:
-            due, fire = f.due, f.fire
-            blocker = busy.get(due.id) if fire.reason != Reason.MANUAL else None
-            if blocker is None and _plain(due, fire):
+            runs = live.get(f.due.id, []) if f.fire.reason != Reason.MANUAL else []
+            step = overlap_step(f.due, f.fire.reason, len(runs))
+            if step == Step.FIRE and f.due.buffered_slot is None and _plain(f.due, f.fire):
                 bulk.append(f)
                 continue
-            made = _claim_one(due, fire, boot_id, now, blocker)
+            made = _claim_step(f, step, runs, boot_id, now)
             if made is not None:
-                claims[due.id] = _claim_of(made.pk, made.task_id, f, boot_id)
+                claims[f.due.id] = made
         many = (
             batch_claim.claim_many_pg
             if db.connection().vendor == "postgresql"
@@ -203,6 +215,104 @@ def claim(fires: Sequence[ToFire], boot_id: uuid.UUID, now: dt.datetime) -> list
                     run_id, task_id = won[f.due.id]
                     claims[f.due.id] = _claim_of(run_id, task_id, f, boot_id)
     return [claims[f.due.id] for f in fires if f.due.id in claims]
+
+
+def _watched(due: Due) -> bool:
+    """Whether a due slot asks for its schedule's runs in flight (R14, R34): every policy
+    but an unbounded ``allow`` with nothing kept."""
+    unbounded = due.overlap == Overlap.ALLOW and not due.max_in_flight
+    return not unbounded or due.buffered_slot is not None or due.next_fire_reason == Reason.BUFFERED
+
+
+def _claim_step(
+    f: ToFire, step: Step, live: list[Run], boot_id: uuid.UUID, now: dt.datetime
+) -> Claim | None:
+    """One slot's overlap step (``core.policy.overlap_step``) carried out: its claim, or None
+    when nothing is sent (skipped, kept, another beat's)."""
+    due, fire = f.due, f.fire
+    if step in (Step.BUFFER, Step.HOLD):
+        kept = fire.slot if step == Step.BUFFER else _still_kept(due)
+        _keep(due, fire, kept, live, boot_id, now)
+        return None
+    if step == Step.SKIP:
+        _claim_one(due, fire, boot_id, now, _skip_reason(due, live), _still_kept(due))
+        return None
+    if step in (Step.RELEASE, Step.RELEASE_AND_BUFFER):
+        assert due.buffered_slot is not None  # overlap_step: only with a kept slot
+        sent = Fire(due.buffered_slot, Reason.BUFFERED, fire.next_fire_at, missed=fire.missed)
+        keep = fire.slot if step == Step.RELEASE_AND_BUFFER else None
+        f = ToFire(due=due, fire=sent, message=f.message)
+        made = _claim_one(due, sent, boot_id, now, kept=keep)
+        return None if made is None else _claim_of(made.pk, made.task_id, f, boot_id)
+    made = _claim_one(due, fire, boot_id, now)
+    if made is None:
+        return None
+    claimed = _claim_of(made.pk, made.task_id, f, boot_id)
+    if step == Step.REPLACE:
+        replaced = _replace(due, live, fire.slot, now)
+        claimed = replace(claimed, replaces=tuple(replaced), terminate=due.terminate)
+    return claimed
+
+
+def _still_kept(due: Due) -> dt.datetime | None:
+    """The slot a schedule keeps as it moves on: its kept slot under ``buffer_one``; one
+    left from before its overlap was changed is dropped (R34)."""
+    return due.buffered_slot if due.overlap == Overlap.BUFFER_ONE else None
+
+
+def _keep(
+    due: Due,
+    fire: Fire,
+    kept: dt.datetime | None,
+    live: list[Run],
+    boot_id: uuid.UUID,
+    now: dt.datetime,
+) -> None:
+    """Move the row on to its next fire without sending anything, keeping ``kept`` (R34):
+    a slot kept behind the run in flight, or a run's end that came while another is
+    still in flight (its kept slot stays for that one's end)."""
+    changes: dict[str, Any] = {
+        "next_fire_at": fire.next_fire_at,
+        "next_fire_reason": Reason.SCHEDULED,
+        "buffered_slot": kept,
+    }
+    if fire.next_fire_at is None:
+        changes["enabled"] = False
+    if not _cas(due, **changes):
+        return  # another beat has this slot
+    if fire.missed is not None:
+        _record_missed(due, fire.missed, boot_id, now)
+    if kept is not None and kept != due.buffered_slot and live:
+        run = live[-1]
+        logger.info(
+            "kept schedule=%s slot=%s: sent when run (slot %s, task %s) ends",
+            due.name,
+            kept.isoformat(),
+            run.slot.isoformat(),
+            run.task_id,
+            extra={"event": "buffered", "schedule": due.name, "slot": kept.isoformat()},
+        )
+
+
+def _replace(due: Due, live: list[Run], slot: dt.datetime, now: dt.datetime) -> list[str]:
+    """R34: the runs in flight end ``replaced`` (compare-and-set on their state: a
+    completion that came meanwhile wins); returns the task ids to revoke."""
+    revoked: list[str] = []
+    detail = f"replaced by slot {slot.isoformat()} (overlap=replace)"
+    for run in live:
+        if Run.objects.filter(pk=run.pk, state=run.state).update(
+            state=RunState.REPLACED, finished_at=now, detail=detail[:300]
+        ):
+            revoked.append(run.task_id)
+            logger.warning(
+                "replaced schedule=%s slot=%s task_id=%s by slot %s",
+                due.name,
+                run.slot.isoformat(),
+                run.task_id,
+                slot.isoformat(),
+                extra={"event": "replaced", "schedule": due.name, "task_id": run.task_id},
+            )
+    return [task_id for task_id in revoked if task_id]
 
 
 def claim_or_split(fires: Sequence[ToFire], boot_id: uuid.UUID, now: dt.datetime) -> Claimed:
@@ -260,6 +370,7 @@ def mark_unpublishable(run_ids: Sequence[int], error: str, now: dt.datetime) -> 
         Schedule.objects.filter(pk__in=schedule_ids).exclude(last_failed_at__gt=now).update(
             last_failed_at=now, last_outcome=RunState.FAILED
         )
+        release_kept(schedule_ids, now)  # R34
 
 
 def _plain(due: Due, fire: Fire) -> bool:
@@ -278,28 +389,37 @@ def _claim_of(run_id: int | None, task_id: str | None, f: ToFire, boot_id: uuid.
         boot_id=boot_id,
         message=f.message,
         spec=f.due.spec,
+        replaceable=f.due.overlap == Overlap.REPLACE,
     )
 
 
 def _claim_one(
-    due: Due, fire: Fire, boot_id: uuid.UUID, now: dt.datetime, blocker: Run | None
+    due: Due,
+    fire: Fire,
+    boot_id: uuid.UUID,
+    now: dt.datetime,
+    skipped: str | None = None,
+    kept: dt.datetime | None = None,
 ) -> Run | None:
+    """Claim one slot (or record it ``skipped``, with why), moving the row on and leaving
+    ``kept`` as its kept slot (R34)."""
     changes: dict[str, Any] = {
         "next_fire_at": fire.next_fire_at,
         "next_fire_reason": Reason.SCHEDULED,
     }
     if fire.next_fire_at is None:
         changes["enabled"] = False
-    if blocker is None:
+    if kept != due.buffered_slot:
+        changes["buffered_slot"] = kept
+    if skipped is None:
         changes |= {"last_fired_at": now, "stuck_since": None, "stuck_reason": ""}
     else:
         changes |= {"stuck_since": Coalesce(F("stuck_since"), now)}
-        changes |= {"stuck_reason": _skip_reason(blocker)}
+        changes |= {"stuck_reason": skipped}
     if not _cas(due, **changes):
         return None  # another beat has this slot
     if fire.missed is not None:
         _record_missed(due, fire.missed, boot_id, now)
-    skipped = _skip_reason(blocker) if blocker is not None else None
     late = ""
     if fire.late is not None:  # R31: a one-off fired late says so, and why
         late = f"fired late: {why_late(fire.slot, now, *_one_off(due))}"
@@ -379,9 +499,11 @@ def mark_published(run_ids: Sequence[int], now: dt.datetime) -> None:
 
 def mark_missed(run_ids: Sequence[int], detail: str, now: dt.datetime) -> None:
     """A claimed slot that could not go out while it was worth sending."""
-    Run.objects.filter(pk__in=list(run_ids), state=RunState.CLAIMED).update(
-        state=RunState.MISSED, detail=detail[:300], finished_at=now
-    )
+    runs = Run.objects.filter(pk__in=list(run_ids), state=RunState.CLAIMED)
+    with db.atomic():
+        ended = list(runs.values_list("schedule_id", flat=True))
+        runs.update(state=RunState.MISSED, detail=detail[:300], finished_at=now)
+        release_kept(ended, now)  # R34: a slot kept behind it goes now
 
 
 def in_doubt_runs(current_boot: uuid.UUID, now: dt.datetime, limit: int = 500) -> list[Run]:

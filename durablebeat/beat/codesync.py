@@ -50,6 +50,8 @@ POLICY_KEYS = {
     "catch_up_window",
     "startup_grace",
     "overlap",
+    "max_in_flight",
+    "terminate",
     "retention",
     "description",
     "take_over",
@@ -102,6 +104,9 @@ class CodeEntry:
     catch_up: bool = False
     catch_up_window: dt.timedelta | None = None
     overlap: str = Overlap.SKIP
+    #: R34: ``allow``'s bound on the runs in flight (None: none); ``replace`` terminates
+    max_in_flight: int | None = None
+    terminate: bool = False
     #: how long the ledger keeps its runs (R32); None: ``DURABLEBEAT_RETENTION``
     retention: dt.timedelta | None = None
     description: str = ""
@@ -122,6 +127,7 @@ class CodeEntry:
             setattr(row, name, getattr(self, name))
         row.startup_grace, row.catch_up = self.startup_grace, self.catch_up
         row.catch_up_window, row.overlap = self.catch_up_window, self.overlap
+        row.max_in_flight, row.terminate = self.max_in_flight, self.terminate
         row.retention, row.description = self.retention, self.description
         row.set_spec(self.spec)
 
@@ -244,7 +250,7 @@ def parse_entry(
         raise BadEntry(f"{where}: unsupported options {sorted(unknown, key=repr)}", "options")
     flags = {
         key: read.typed(policy.get(key, False), key, (bool,), "True or False")
-        for key in ("catch_up", "take_over")
+        for key in ("catch_up", "take_over", "terminate")
     }
     overlap = read.text(policy.get("overlap", Overlap.SKIP), "overlap")
     if overlap not in Overlap.values:
@@ -271,6 +277,8 @@ def parse_entry(
         catch_up=flags["catch_up"],
         catch_up_window=read.duration(policy.get("catch_up_window"), "catch_up_window"),
         overlap=overlap,
+        max_in_flight=read.typed(policy.get("max_in_flight"), "max_in_flight", (int,), "a number"),
+        terminate=flags["terminate"],
         retention=read.duration(policy.get("retention"), "retention"),
         description=read.text(policy.get("description"), "description"),
         take_over=flags["take_over"],

@@ -31,6 +31,8 @@ Publisher = Callable[[Claim], None]
 #: a context in which publishes are buffered and sent together on a clean exit (kombu's
 #: ``Producer.batch``); its exit raises when the buffered messages could not be sent
 PublishBatch = Callable[[], contextlib.AbstractContextManager[Any]]
+#: revokes task ids (Celery's ``app.control.revoke``), terminating their bodies when asked
+Revoker = Callable[[list[str], bool], None]
 #: claims published per batch: the first message of a burst waits for this many, the
 #: broker sees one round trip for them
 PUBLISH_GROUP = 200
@@ -59,6 +61,9 @@ class Dispatcher:
     broker_errors: tuple[type[BaseException], ...] = BROKER_UNAVAILABLE
     #: the real args/kwargs of the code schedules whose rows cannot hold them (R25)
     live: dict[str, LiveValues] = field(default_factory=dict)
+    #: R34: revokes the runs an ``overlap=replace`` slot replaced (None: nothing to revoke
+    #: with, as in tests that drive the engine with a fake publisher)
+    revoke: Revoker | None = None
 
     def dispatch(self, claims: list[Claim], first_alone: bool = False) -> Outcome:
         """Send ``claims`` in groups of ``PUBLISH_GROUP``. After an outage nothing more is
@@ -66,6 +71,7 @@ class Dispatcher:
         before the others are built (a burst's first message waits for one send, not for
         its whole group's)."""
         out = Outcome()
+        self._revoke_replaced(claims)
         head = 1 if first_alone and len(claims) > 1 else 0
         groups = [claims[:head]] if head else []
         groups += [claims[i : i + PUBLISH_GROUP] for i in range(head, len(claims), PUBLISH_GROUP)]
@@ -81,6 +87,24 @@ class Dispatcher:
         for claim in out.sent:
             log_fire(claim)
         return out
+
+    def _revoke_replaced(self, claims: list[Claim]) -> None:
+        """R34: the runs a slot replaced are revoked before it is sent, so that the new one
+        never starts beside a body that was to be terminated. A revoke that fails is said
+        (the runs are ``replaced`` in the ledger whatever the broker did)."""
+        for claim in claims:
+            if not claim.replaces or self.revoke is None:
+                continue
+            try:
+                self.revoke(list(claim.replaces), claim.terminate)
+            except Exception as exc:  # the broker's errors are many; beat must not die of any
+                logger.error(
+                    "revoke failed schedule=%s task_ids=%s: %s",
+                    claim.schedule,
+                    ",".join(claim.replaces),
+                    exc,
+                    extra={"event": "revoke_failed", "schedule": claim.schedule},
+                )
 
     def send_one(self, claim: Claim) -> Refused | None:
         """Publish one claim on its own; why it did not go out, or None when it went out."""

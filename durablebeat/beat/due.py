@@ -84,6 +84,9 @@ def due_from_row(
         catch_up=row.catch_up,
         catch_up_window=window,
         overlap=row.overlap,
+        max_in_flight=row.max_in_flight,
+        terminate=bool(row.terminate),
+        buffered_slot=row.buffered_slot,
     )
 
 
@@ -98,6 +101,7 @@ DUE_FIELDS = (
     *POLICY_FIELDS,
     "next_fire_at",
     "next_fire_reason",
+    "buffered_slot",
 )
 
 

@@ -70,6 +70,8 @@ class Engine:
     #: the broker side, handed to the engine's ``Dispatcher`` (``dispatch.py``)
     publish: InitVar[dispatch.Publisher]
     publish_batch: InitVar[dispatch.PublishBatch] = contextlib.nullcontext
+    #: R34: revokes what an ``overlap=replace`` slot replaced (``dispatch.Revoker``)
+    revoke: InitVar[dispatch.Revoker | None] = None
     boot_id: uuid.UUID = field(default_factory=uuid.uuid4)
     hostname: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
@@ -109,6 +111,7 @@ class Engine:
         self,
         publish: dispatch.Publisher,
         publish_batch: dispatch.PublishBatch,
+        revoke: dispatch.Revoker | None,
         broker_errors: tuple[type[BaseException], ...],
         sync_clock: Callable[[], float | None] | None,
     ) -> None:
@@ -120,7 +123,7 @@ class Engine:
         for entry in self.code_entries:  # R29: said once, at boot; sent by name all the same
             self.triage.say_unregistered(entry.name, entry.task, "beat_schedule's entry")
         live = {e.name: e.live for e in self.code_entries if e.live is not None}
-        self.dispatcher = dispatch.Dispatcher(publish, publish_batch, broker_errors, live)
+        self.dispatcher = dispatch.Dispatcher(publish, publish_batch, broker_errors, live, revoke)
 
     @property
     def db_ok(self) -> bool:

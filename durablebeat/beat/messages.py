@@ -76,9 +76,14 @@ class ToFire:
     message: Message
 
 
+#: R34: the header of a message whose run a later slot may replace (``overlap=replace``):
+#: the worker that receives it asks the ledger first (``worker.tracking.on_received``)
+REPLACEABLE = "durablebeat_replaceable"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Claim:
-    """A slot this beat owns and must publish. Built by keyword: nine fields, several of
+    """A slot this beat owns and must publish. Built by keyword: many fields, several of
     one type."""
 
     run_id: int | None
@@ -91,6 +96,13 @@ class Claim:
     message: Message
     #: the schedule's timing, for the hook (R30); None where the sender does not have it
     spec: timing.Spec | None = None
+    #: R34, ``overlap=replace``: the task ids of the runs this slot replaced, revoked
+    #: before it is sent; ``terminate``: their bodies are terminated, not only revoked
+    replaces: tuple[str, ...] = ()
+    terminate: bool = False
+    #: R34: the schedule's overlap is ``replace``: the message says so (``headers``), so
+    #: that a worker discards it should its run be replaced before it starts
+    replaceable: bool = False
 
     def with_arguments(
         self, args: list[Any], kwargs: dict[str, Any], callbacks: dict[str, Any] | None = None
@@ -116,6 +128,7 @@ class Claim:
             "durablebeat_reason": self.reason,
             "durablebeat_boot": str(self.boot_id),
             "durablebeat_run": self.run_id,
+            **({REPLACEABLE: True} if self.replaceable else {}),
         }
 
     def hook_args(self) -> dict[str, Any]:

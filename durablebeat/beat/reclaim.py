@@ -37,6 +37,7 @@ from .. import conf, db
 from ..core.policy import news_overdue, no_news_bound
 from ..enums import RunState
 from ..models import Incident, Marker, Run, WorkerHeartbeat
+from ..overlap import release_kept
 from ..worker import completion
 from .liveness import dead_reason, mark_no_news_runs, worker_seen_at
 from .loop import Loop
@@ -214,6 +215,7 @@ def reclaim(now: dt.datetime, boot_id: uuid.UUID | None) -> int:
         return 0
     seen = worker_seen_at(runs)
     reclaimed: list[str] = []
+    ended: list[int] = []
     for run in runs:
         why = dead_reason(run, seen, now)
         if why is None:
@@ -223,6 +225,7 @@ def reclaim(now: dt.datetime, boot_id: uuid.UUID | None) -> int:
             pk=run.pk, state=RunState.STARTED, started_at=run.started_at
         ).update(state=RunState.LOST, finished_at=now, detail=f"reclaimed: {why}"[:300])
         if moved:
+            ended.append(run.schedule_id)
             reclaimed.append(f"{run.schedule.name} slot {run.slot.isoformat()}: {why}")
             logger.warning(
                 "lost schedule=%s slot=%s task_id=%s reason=%s",
@@ -232,6 +235,7 @@ def reclaim(now: dt.datetime, boot_id: uuid.UUID | None) -> int:
                 why,
                 extra={"event": "lost", "schedule": run.schedule.name},
             )
+    release_kept(ended, now)  # R34: a slot kept behind a lost run goes now
     if reclaimed:
         Incident.objects.create(
             kind="reclaim",
@@ -277,4 +281,7 @@ def no_news_round(now: dt.datetime) -> int:
             now,
         )
     ]
-    return mark_no_news_runs(overdue)
+    moved = mark_no_news_runs(overdue)
+    if moved:  # R34: a slot kept behind a run past its no-news bound goes now
+        release_kept((run.schedule_id for run in overdue), now)
+    return moved

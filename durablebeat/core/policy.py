@@ -7,6 +7,7 @@ database. Nothing here reads the clock or the database.
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import functools
 import math
 from dataclasses import dataclass, replace
@@ -31,6 +32,12 @@ class Due:
     catch_up: bool
     catch_up_window: dt.timedelta
     overlap: str = Overlap.SKIP
+    #: ``overlap=allow``: at most this many runs in flight (None: no bound, R34)
+    max_in_flight: int | None = None
+    #: ``overlap=replace``: the run replaced is terminated, not only revoked (R34)
+    terminate: bool = False
+    #: ``overlap=buffer_one``: the slot kept behind the run in flight (R34)
+    buffered_slot: dt.datetime | None = None
     #: a custom schedule's last run, as Celery's beat passes it to ``is_due``: the last slot
     #: fired, or when the schedule was first stored (Celery's boot time) (R25)
     last_run_at: dt.datetime | None = None
@@ -124,6 +131,8 @@ def _decide(
     one_off_window: dt.timedelta,
 ) -> Action:
     spec = due.spec
+    if due.next_fire_reason == Reason.BUFFERED and due.next_fire_at is not None:
+        return _release(due, due.next_fire_at)
     if isinstance(spec, timing.Custom):
         return _ask_custom(due, spec, now)
     if due.next_fire_at is None:
@@ -137,6 +146,18 @@ def _decide(
         return Defer(grace_slot(spec, now, due.startup_grace), Reason.STARTUP_GRACE)
     assert not isinstance(spec, timing.Custom)
     return _missed(due, spec, due.next_fire_at, now, caught_up, late_after, one_off_window)
+
+
+def _release(due: Due, ended_at: dt.datetime) -> Action:
+    """R34: the run a ``buffer_one`` schedule's kept slot waited for ended at ``ended_at``
+    (its end moved the next fire there, reason ``buffered``): the kept slot goes, and the
+    next fire is the schedule's first slot after that end, the one the move put off (every
+    slot up to the end was decided when it came). Whether the slot may go now is the
+    claim's question (``overlap_step``: another run may be in flight)."""
+    following = timing.advance(due.spec, due.buffered_slot or ended_at, ended_at)
+    if due.buffered_slot is None:  # nothing kept any more (paused, resumed, edited)
+        return Defer(following, Reason.SCHEDULED)
+    return Fire(due.buffered_slot, Reason.BUFFERED, following)
 
 
 def grace_slot(spec: timing.Interval, now: dt.datetime, grace: dt.timedelta) -> dt.datetime:
@@ -245,6 +266,43 @@ def _slots(
         if count >= MAX_MISSED_COUNT:
             break
     return MissedRange(count, first, last)
+
+
+# --- a fire while runs are in flight (R14, R34) ---------------------------------------------
+
+
+class Step(enum.StrEnum):
+    """What the claim does with a slot that is due, given the runs of its schedule in flight."""
+
+    FIRE = "fire"  #: send the slot
+    SKIP = "skip"  #: record it skipped, with the run(s) in flight that held it
+    BUFFER = "buffer"  #: keep it; it is sent when the run in flight ends
+    #: send the kept slot (its run ended) and keep this one behind it
+    RELEASE_AND_BUFFER = "release_and_buffer"
+    RELEASE = "release"  #: the run ended: send the kept slot
+    #: the move of a run's end, with a run still in flight (or nothing kept): move on to
+    #: the next slot, keeping what is kept
+    HOLD = "hold"
+    REPLACE = "replace"  #: revoke the runs in flight (they end ``replaced``), send the slot
+
+
+def overlap_step(due: Due, reason: str, in_flight: int) -> Step:
+    """R14, R34: a due slot of ``due`` (fired for ``reason``) while ``in_flight`` of its runs
+    are alive (``claims`` counts them: started on a live worker, or sent within the no-news
+    bound)."""
+    kept = due.buffered_slot is not None and due.overlap == Overlap.BUFFER_ONE
+    if reason == Reason.BUFFERED:
+        return Step.RELEASE if kept and not in_flight else Step.HOLD
+    if due.overlap == Overlap.SKIP:
+        return Step.SKIP if in_flight else Step.FIRE
+    if due.overlap == Overlap.REPLACE:
+        return Step.REPLACE if in_flight else Step.FIRE
+    if due.overlap == Overlap.BUFFER_ONE:
+        if in_flight:
+            return Step.SKIP if kept else Step.BUFFER
+        return Step.RELEASE_AND_BUFFER if kept else Step.FIRE
+    bound = due.max_in_flight  # allow
+    return Step.SKIP if bound and in_flight >= bound else Step.FIRE
 
 
 # --- is an earlier run still alive? (R14, R15, R22) ---------------------------------------

@@ -47,6 +47,8 @@ class BootLine:
     fires: dict[str, int]
     skipped: int
     missed_slots: int
+    #: fires revoked for a newer slot (R34, ``overlap=replace``): among ``fires``
+    replaced: int = 0
 
     @property
     def total(self) -> int:
@@ -120,6 +122,7 @@ class Report:
                     "total": b.total,
                     "skipped": b.skipped,
                     "missed_slots": b.missed_slots,
+                    "replaced": b.replaced,
                 }
                 for b in self.boots
             ],
@@ -243,10 +246,11 @@ def _boot_lines(since: dt.datetime, until: dt.datetime) -> list[BootLine]:
     for f in fires:
         by_boot[f["boot_id"]][f["reason"]] = f["n"]
     skipped: Counter[uuid.UUID | None] = Counter()
-    for boot_id in Run.objects.filter(
-        state=RunState.SKIPPED, claimed_at__gt=since, claimed_at__lte=until
-    ).values_list("boot_id", flat=True):
-        skipped[boot_id] += 1
+    replaced: Counter[uuid.UUID | None] = Counter()
+    for boot_id, state in Run.objects.filter(
+        state__in=(RunState.SKIPPED, RunState.REPLACED), claimed_at__gt=since, claimed_at__lte=until
+    ).values_list("boot_id", "state"):
+        (skipped if state == RunState.SKIPPED else replaced)[boot_id] += 1
     missed: Counter[uuid.UUID | None] = Counter()
     for boot_id, count in MissedSlots.objects.filter(
         recorded_at__gt=since, recorded_at__lte=until
@@ -266,6 +270,7 @@ def _boot_lines(since: dt.datetime, until: dt.datetime) -> list[BootLine]:
             by_boot.get(b.pk, {}),
             skipped.get(b.pk, 0),
             missed.get(b.pk, 0),
+            replaced.get(b.pk, 0),
         )
         for b in boots
     ]
@@ -282,6 +287,7 @@ def _boot_lines(since: dt.datetime, until: dt.datetime) -> list[BootLine]:
                 by_boot.get(None, {}),
                 skipped.get(None, 0),
                 missed.get(None, 0),
+                replaced.get(None, 0),
             )
         )
     return lines
@@ -383,6 +389,8 @@ def format_report(report: Report) -> str:
             extra += f"; {b.skipped} skipped"
         if b.missed_slots:
             extra += f"; {b.missed_slots} slots missed"
+        if b.replaced:
+            extra += f"; {b.replaced} replaced by a newer slot"
         short = str(b.id)[:8] if b.id else "-"
         lines.append(f"  {short} {b.label}:{times} {b.total} fires ({_reasons(b.fires)}){extra}")
     lines.append("")

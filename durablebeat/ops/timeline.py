@@ -120,6 +120,7 @@ STYLES = {
         Style("lost", "lost (reclaimed)", "square", "#CC79A7"),
         Style("missed", "missed while no beat ran", "triangle-down", "#8C8C8C"),
         Style("skipped", "skipped: the previous run was still going", "bar", "#E69F00"),
+        Style("replaced", "replaced by a newer slot (overlap=replace)", "slash", "#882255"),
         Style("unresolved", "still running or unresolved", "ring", "#56B4E9"),
         Style("manual", "fired by hand", "triangle-up", "#F0E442"),
         Style("backfill", "missed, then backfilled by hand", "hexagon", "#000000"),
@@ -133,7 +134,13 @@ _RANK = {kind: i for i, kind in enumerate(STYLES)}
 def mark_kind(state: str, reason: str) -> str:
     """What became of a slot, as one of ``STYLES``: a bad end first, then how it was fired
     (by hand, caught up), then how it ended."""
-    if state in (RunState.FAILED, RunState.LOST, RunState.MISSED, RunState.SKIPPED):
+    if state in (
+        RunState.FAILED,
+        RunState.LOST,
+        RunState.MISSED,
+        RunState.SKIPPED,
+        RunState.REPLACED,
+    ):
         return str(state)
     if reason == Reason.MANUAL:
         return "manual"

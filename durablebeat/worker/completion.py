@@ -19,6 +19,7 @@ from django.db.models.functions import Coalesce
 from .. import db
 from ..enums import UNTRACKED, RunState
 from ..models import Run, Schedule
+from ..overlap import release_kept
 from ..validation import storable
 
 #: states a start may move on from: a lost (or no-news) run that starts was alive after all,
@@ -104,9 +105,12 @@ def finish(event: Finished) -> bool:
         runs = Run.objects.filter(task_id=event.task_id, state__in=COMPLETABLE)
         if event.from_backend and runs.filter(started_at__isnull=True).exists():
             changes["detail"] = UNTRACKED  # a worker ran it, none said so (R27)
-        schedule_id = runs.values_list("schedule_id", flat=True).first()
-        if schedule_id is None or not runs.update(**changes):
+        found = runs.values_list("schedule_id", "schedule__buffered_slot").first()
+        if found is None or not runs.update(**changes):
             return False
+        schedule_id, kept = found
+        if kept is not None:  # R34: the slot kept behind this run goes now
+            release_kept([schedule_id], event.at)
         # Only updated fields: a save() would clear the row's error and touch the rest.
         # A late reconciliation older than what is recorded moves no time back, and does
         # not overwrite the outcome of a newer completion.
@@ -119,3 +123,9 @@ def finish(event: Finished) -> bool:
             last_outcome=state
         )
     return True
+
+
+def is_replaced(run_id: int) -> bool:
+    """R34: the run ended ``replaced`` (a later slot of its ``overlap=replace`` schedule
+    took its place): its message must not run."""
+    return Run.objects.filter(pk=run_id, state=RunState.REPLACED).exists()

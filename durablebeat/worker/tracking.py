@@ -50,6 +50,8 @@ logger = logging.getLogger("durablebeat")
 
 #: the header every durablebeat message carries (``beat.messages.Claim.headers``)
 HEADER = "durablebeat_schedule"
+#: R34: the header of an ``overlap=replace`` schedule's message (``messages.REPLACEABLE``)
+REPLACEABLE = "durablebeat_replaceable"
 SOFT_SIGNAL = getattr(signal, "SIGUSR1", None)  # billiard's soft time limit signal
 #: seconds between liveness writes while they fail
 HEARTBEAT_RETRY = 2.0
@@ -361,6 +363,33 @@ def on_worker_shutdown(sender: Any = None, **_: Any) -> None:
     backlog.drain()
 
 
+def on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
+    """R34: a message whose run a later slot replaced is discarded, as Celery discards a
+    revoked one. Beat revokes a replaced run, but a revoke reaches only the workers running
+    when it is sent: a message that waited in the queue while none ran (a deploy, a
+    crash) would start beside its replacement. Asked of the ledger for the messages of
+    ``overlap=replace`` schedules only, before the pool runs them; a database that does
+    not answer lets the message run (R5, fail open)."""
+    headers = getattr(request, "request_dict", None) or {}
+    run_id = headers.get("durablebeat_run")
+    if not headers.get(REPLACEABLE) or run_id is None:
+        return
+    try:
+        replaced = completion.is_replaced(int(run_id))
+    except (DatabaseError, TypeError, ValueError):
+        return
+    if replaced:
+        from celery.worker import state
+
+        state.revoked.add(request.id)  # the pool's own check discards it (task_revoked)
+        logger.warning(
+            "replaced before it started, discarded: schedule=%s task_id=%s",
+            headers.get(HEADER),
+            request.id,
+            extra={"event": "replaced_discarded", "schedule": headers.get(HEADER)},
+        )
+
+
 def on_process_shutdown(**_: Any) -> None:
     """A pool process exits: write what it kept, or log each write it drops (R22)."""
     backlog.drain()
@@ -381,6 +410,7 @@ def connect() -> None:
         (signals.task_prerun, on_prerun),
         (signals.task_postrun, on_postrun),
         (signals.task_revoked, on_revoked),
+        (signals.task_received, on_received),
         (signals.task_internal_error, on_internal_error),
         (signals.worker_ready, on_worker_ready),
         (signals.worker_shutdown, on_worker_shutdown),

@@ -312,7 +312,7 @@ def test_a_countdowns_run_has_no_news_only_past_its_eta_plus_the_bound(healthy, 
     run = make_run(healthy, t0 - 5 * MIN, state=RunState.PUBLISHED, published_at=t0 - 5 * MIN)
     assert codes(t0) == []
     assert reclaim.no_news_round(t0) == 0
-    assert _in_flight([healthy.pk], t0)[healthy.pk] == run  # still holds the schedule
+    assert _in_flight([healthy.pk], t0)[healthy.pk] == [run]  # still holds the schedule
     later = t0 + 8 * MIN  # 13 min after the publish: past 10 min + 2 min
     assert reclaim.no_news_round(later) == 1
     run.refresh_from_db()

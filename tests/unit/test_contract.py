@@ -15,8 +15,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "docs" / "CONTRACT.md"
-RULES = range(1, 34)  # R1..R33
-SECTIONS = range(1, 14)  # §1..§13
+RULES = range(1, 35)  # R1..R34
+SECTIONS = range(1, 15)  # §1..§14
 
 RULE_DEFINITION = re.compile(r"^- \*\*R(\d+)\*\* ", re.MULTILINE)
 SECTION_DEFINITION = re.compile(r"^## §(\d+) ", re.MULTILINE)

@@ -7,7 +7,16 @@ import datetime as dt
 import pytest
 
 from durablebeat.core import timing
-from durablebeat.core.policy import Defer, Due, Fire, Miss, decide, no_news_bound
+from durablebeat.core.policy import (
+    Defer,
+    Due,
+    Fire,
+    Miss,
+    Step,
+    decide,
+    no_news_bound,
+    overlap_step,
+)
 from durablebeat.enums import Reason
 
 T0 = dt.datetime(2026, 3, 2, 8, 0, tzinfo=dt.UTC)
@@ -208,3 +217,48 @@ def test_a_one_off_past_its_window_is_missed():
 def test_only_a_one_off_fires_late_a_crontab_slot_is_missed():
     action = decide(due(AT_8, T0), T0 + 2 * M, LATE, False, 60 * M)
     assert isinstance(action, Miss)
+
+
+# --- the overlap step (R14, R34) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overlap", "bound", "kept", "reason", "in_flight", "step"),
+    [
+        ("skip", None, False, "scheduled", 0, Step.FIRE),
+        ("skip", None, False, "scheduled", 1, Step.SKIP),
+        ("allow", None, False, "scheduled", 5, Step.FIRE),
+        ("allow", 2, False, "scheduled", 1, Step.FIRE),
+        ("allow", 2, False, "scheduled", 2, Step.SKIP),
+        ("replace", None, False, "scheduled", 0, Step.FIRE),
+        ("replace", None, False, "scheduled", 1, Step.REPLACE),
+        ("buffer_one", None, False, "scheduled", 0, Step.FIRE),
+        ("buffer_one", None, False, "scheduled", 1, Step.BUFFER),
+        ("buffer_one", None, True, "scheduled", 1, Step.SKIP),
+        ("buffer_one", None, True, "scheduled", 0, Step.RELEASE_AND_BUFFER),
+        ("buffer_one", None, True, "buffered", 0, Step.RELEASE),
+        ("buffer_one", None, True, "buffered", 1, Step.HOLD),
+        ("buffer_one", None, False, "buffered", 0, Step.HOLD),
+        # a slot kept before the overlap was changed is not this policy's to send
+        ("skip", None, True, "buffered", 0, Step.HOLD),
+        ("skip", None, True, "scheduled", 0, Step.FIRE),
+    ],
+)
+def test_the_overlap_step_of_each_policy(overlap, bound, kept, reason, in_flight, step):
+    row = due(
+        EVERY_20, T0, overlap=overlap, max_in_flight=bound, buffered_slot=T0 if kept else None
+    )
+    assert overlap_step(row, reason, in_flight) == step
+
+
+def test_the_end_of_a_run_sends_the_kept_slot_and_resumes_at_the_slot_it_put_off():
+    """R34: the run ended at T0+50 s (the completion moved next fire there, reason
+    buffered): the kept slot T0 goes, and next is the grid's first slot after the end."""
+    kept = due(
+        EVERY_20, T0 + 50 * S, reason=Reason.BUFFERED, buffered_slot=T0, overlap="buffer_one"
+    )
+    assert decide(kept, T0 + 51 * S, LATE, False) == Fire(T0, Reason.BUFFERED, T0 + 60 * S)
+    at_8 = due(AT_8, T0 + 50 * S, reason=Reason.BUFFERED, buffered_slot=T0, overlap="buffer_one")
+    assert decide(at_8, T0 + 51 * S, LATE, False) == Fire(T0, Reason.BUFFERED, T0 + 24 * 60 * M)
+    # however late beat looks, the slot put off is the one after the end, not after now
+    assert decide(kept, T0 + 500 * S, LATE, False).next_fire_at == T0 + 60 * S
