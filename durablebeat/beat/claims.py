@@ -303,7 +303,8 @@ def _replace(due: Due, live: list[Run], slot: dt.datetime, now: dt.datetime) -> 
         if Run.objects.filter(pk=run.pk, state=run.state).update(
             state=RunState.REPLACED, finished_at=now, detail=detail[:300]
         ):
-            revoked.append(run.task_id)
+            if run.task_id:  # a run claimed but not yet published has no task to revoke
+                revoked.append(run.task_id)
             logger.warning(
                 "replaced schedule=%s slot=%s task_id=%s by slot %s",
                 due.name,
