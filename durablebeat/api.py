@@ -564,6 +564,7 @@ def _create(codes: list[CodeEntry], enabled: bool, now: dt.datetime, fires: Firs
     fields = [f for f in Schedule._meta.concrete_fields if not f.primary_key]
     columns = _Columns(fields, connection)
     own = [(i, f) for i, f in enumerate(fields) if f.name in OWN_FIELDS]
+    at = {f.name: i for i, f in enumerate(fields)}
     shapes: dict[int, list[Any]] = {}
 
     def values(code: CodeEntry) -> list[Any]:
@@ -572,8 +573,12 @@ def _create(codes: list[CodeEntry], enabled: bool, now: dt.datetime, fires: Firs
         if (shape := shapes.get(code.shape)) is None:
             shape = shapes[code.shape] = columns.of(_new_row(code, enabled, fires, now))
         values = shape.copy()
-        for i, f in own:
-            values[i] = columns.db_value(f, getattr(code, f.name))
+        if code.encoded is None:
+            for i, f in own:
+                values[i] = columns.db_value(f, getattr(code, f.name))
+        else:  # the JSON text the check made: COPY's text format hands it to jsonb's input
+            values[at["name"]] = code.name
+            values[at["args"]], values[at["kwargs"]] = code.encoded
         return values
 
     with connection.cursor() as cur:

@@ -314,19 +314,18 @@ def headers_error(headers: Any) -> str | None:
     )
 
 
-def _json_size(name: str, value: Any) -> tuple[str | None, int]:
-    """(error, serialised size in bytes) of one JSON field of the message."""
+def _json_text(name: str, value: Any) -> tuple[str | None, str]:
+    """(error, the JSON text) of one JSON field of the message ("" with an error)."""
     if (msg := shape_error(name, value)) is not None:
-        return msg, 0
+        return msg, ""
     if (msg := json_depth_error(value)) is not None:
-        return msg, 0
+        return msg, ""
     if (msg := json_text_error(value)) is not None:
-        return msg, 0
+        return msg, ""
     try:
-        text = json.dumps(value, allow_nan=False)
+        return None, json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:  # ValueError: NaN or infinity (not JSON)
-        return f"must be JSON-serialisable: {exc}", 0
-    return None, len(text.encode())
+        return f"must be JSON-serialisable: {exc}", ""
 
 
 def message_errors(args: Any, kwargs: Any, headers: Any) -> dict[str, str]:
@@ -340,7 +339,8 @@ class MessageCheck:
     ``codesync.ShapeCache``): the headers and the size cap are read once."""
 
     def __init__(self, headers: Any) -> None:
-        error, self.headers_size = _json_size("headers", headers)
+        error, text = _json_text("headers", headers)
+        self.headers_size = len(text.encode())
         self.headers_error = error if error is not None else headers_error(headers)
         self.cap: int | None = None
         self.cap_error = ""
@@ -350,24 +350,32 @@ class MessageCheck:
             self.cap_error = f"the message size cannot be checked: {exc}"
 
     def errors(self, args: Any, kwargs: Any) -> dict[str, str]:
+        return self.check(args, kwargs)[0]
+
+    def check(self, args: Any, kwargs: Any) -> tuple[dict[str, str], tuple[str, str]]:
+        """``errors``, and the JSON text of args and kwargs as checked: a writer that
+        stores them as JSON need not encode them again (``api.add_schedules``, R33)."""
         errors: dict[str, str] = {}
         sizes: dict[str, int] = {}
+        texts: dict[str, str] = {}
         for name, value in (("args", args), ("kwargs", kwargs)):
-            msg, sizes[name] = _json_size(name, value)
+            msg, texts[name] = _json_text(name, value)
+            sizes[name] = len(texts[name].encode())
             if msg is not None:
                 errors[name] = msg
         sizes["headers"] = self.headers_size
         if self.headers_error is not None:
             errors["headers"] = self.headers_error
+        encoded = (texts["args"], texts["kwargs"])
         if self.cap is None:
-            return errors or {"args": self.cap_error}
+            return errors or {"args": self.cap_error}, encoded
         if not errors and sum(sizes.values()) > self.cap:
             largest = max(sizes, key=lambda n: sizes[n])
             errors[largest] = (
                 f"args, kwargs and headers serialise to {sum(sizes.values())} bytes together, "
                 f"over DURABLEBEAT_MAX_MESSAGE_BYTES ({self.cap})"
             )
-        return errors
+        return errors, encoded
 
 
 def line_error(value: Any) -> str | None:

@@ -116,6 +116,9 @@ class CodeEntry:
     live: live_values.LiveValues | None = field(default=None, compare=False)
     #: Celery publish options the entry gives that beat's own publish supersedes (R25)
     superseded: tuple[str, ...] = field(default=(), compare=False)
+    #: the JSON text of ``args`` and ``kwargs`` as ``ShapeCache`` checked them: the API's
+    #: ``COPY`` writes it as is instead of encoding them again (R33); None: not kept
+    encoded: tuple[str, str] | None = field(default=None, compare=False)
     #: entries of one shape (``ShapeCache``) differ only in their ``OWN_FIELDS``; None:
     #: read on its own
     shape: int | None = field(default=None, compare=False)
@@ -352,7 +355,8 @@ def _with_own_values(
     stored_args, stored_kwargs, live = live_values.split(args or [], kwargs or {})
     if live is not None or line_error(name) or text_error(name):
         return None
-    if message.errors(stored_args, stored_kwargs):
+    errors, encoded = message.check(stored_args, stored_kwargs)
+    if errors:
         return None
     try:
         _NAME_FIELD.clean(name, None)
@@ -364,6 +368,7 @@ def _with_own_values(
     object.__setattr__(code, "name", name)
     object.__setattr__(code, "args", stored_args)
     object.__setattr__(code, "kwargs", stored_kwargs)
+    object.__setattr__(code, "encoded", encoded)
     return code
 
 
