@@ -565,20 +565,30 @@ def _create(codes: list[CodeEntry], enabled: bool, now: dt.datetime, fires: Firs
     columns = _Columns(fields, connection)
     own = [(i, f) for i, f in enumerate(fields) if f.name in OWN_FIELDS]
     at = {f.name: i for i, f in enumerate(fields)}
-    shapes: dict[int, list[Any]] = {}
+    shapes: dict[int, tuple[list[Any], Schedule]] = {}
 
     def values(code: CodeEntry) -> list[Any]:
         if code.shape is None:
             return columns.of(_new_row(code, enabled, fires, now))
         if (shape := shapes.get(code.shape)) is None:
-            shape = shapes[code.shape] = columns.of(_new_row(code, enabled, fires, now))
-        values = shape.copy()
+            row = _new_row(code, enabled, fires, now)
+            shape = shapes[code.shape] = (columns.of(row), row)
+        values = shape[0].copy()
         if code.encoded is None:
             for i, f in own:
                 values[i] = columns.db_value(f, getattr(code, f.name))
         else:  # the JSON text the check made: COPY's text format hands it to jsonb's input
             values[at["name"]] = code.name
             values[at["args"]], values[at["kwargs"]] = code.encoded
+        row = shape[1]
+        if row.next_fire_at is not None:  # R35: a jittered first fire is the name's own
+            slot = row.next_slot or row.next_fire_at
+            sent = fires.sent_at(code.name, code.spec, slot, row.jitter)
+            if sent != row.next_fire_at:
+                values[at["next_fire_at"]] = columns.db_value(fields[at["next_fire_at"]], sent)
+                values[at["next_slot"]] = columns.db_value(
+                    fields[at["next_slot"]], slot if sent != slot else None
+                )
         return values
 
     with connection.cursor() as cur:
@@ -725,6 +735,7 @@ def _entry_of(row: Schedule) -> dict[str, Any]:
         "overlap": row.overlap,
         "max_in_flight": row.max_in_flight,
         "terminate": bool(row.terminate),
+        "jitter": row.jitter,
         "retention": row.retention,
         "description": row.description,
     }

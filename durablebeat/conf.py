@@ -21,6 +21,8 @@ from django.core.exceptions import ImproperlyConfigured
 MAX_STARTUP_GRACE = dt.timedelta(days=7)
 #: ``catch_up_window`` (per schedule and the setting): more than 0, at most a year
 MAX_CATCH_UP_WINDOW = dt.timedelta(days=366)
+#: ``jitter`` (per schedule and the setting): 0 (sent at the slot) to a day (R35)
+MAX_JITTER = dt.timedelta(days=1)
 #: ``DURABLEBEAT_MAX_MESSAGE_BYTES``: args, kwargs and headers together, serialised as JSON
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024
 MIN_MAX_MESSAGE_BYTES, MAX_MAX_MESSAGE_BYTES = 1024, 16 * 1024 * 1024
@@ -121,6 +123,12 @@ class Settings:
     def STARTUP_GRACE(self) -> dt.timedelta:
         """Delay before a new or overdue interval schedule fires at boot (R2). Per schedule."""
         return self._duration("STARTUP_GRACE", 60, high=MAX_STARTUP_GRACE)
+
+    @property
+    def JITTER(self) -> dt.timedelta:
+        """Each slot is sent at slot + a delay in [0, jitter), the same for every beat and
+        restart, before the next slot (R35). 0: at the slot. Per schedule."""
+        return self._duration("JITTER", 0, high=MAX_JITTER)
 
     @property
     def MAX_INTERVAL(self) -> float:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from . import conf
-from .core import timing
+from .core import jitter, timing
 from .core.policy import first_fire
 from .enums import Reason
 
@@ -40,6 +40,7 @@ class FirstFires:
         self.now = now
         self._beat_seen = beat_seen
         self._grace: dt.timedelta | None = None
+        self._jitter: dt.timedelta | None = None
         self._found: dict[Hashable, tuple[dt.datetime | None, str]] = {}
 
     def fill(self, row: Any) -> None:
@@ -53,8 +54,23 @@ class FirstFires:
             return  # refused by the write's checks, or set aside by beat (R20)
         at, reason = self.of(spec, row.startup_grace)
         if at is not None:
-            row.next_fire_at, row.next_fire_reason = at, reason
-            row.__dict__["_first_fire"] = at  # a save's edit rules keep its reason
+            sent = self.sent_at(row.name, spec, at, row.jitter)
+            row.next_fire_at, row.next_fire_reason = sent, reason
+            row.next_slot = at if sent != at else None
+            row.__dict__["_first_fire"] = sent  # a save's edit rules keep its reason
+
+    def sent_at(
+        self, name: str, spec: timing.Spec, slot: dt.datetime, own_jitter: dt.timedelta | None
+    ) -> dt.datetime:
+        """R35: when schedule ``name``'s ``slot`` is sent, its jitter (its own, else the
+        setting) applied, as beat applies it (``core.policy.jittered``)."""
+        if own_jitter is None:
+            if self._jitter is None:
+                self._jitter = conf.settings.JITTER
+            own_jitter = self._jitter
+        if not own_jitter or isinstance(spec, timing.Custom):
+            return slot
+        return jitter.instant(name, spec, slot, own_jitter)
 
     def of(
         self, spec: timing.Spec, own_grace: dt.timedelta | None

@@ -184,6 +184,11 @@ class ScheduleForm(_ModelForm):
     catch_up_window = FlexibleDurationField(
         required=False, help_text="Empty: DURABLEBEAT_CATCH_UP_WINDOW (55 min by default)."
     )
+    jitter = FlexibleDurationField(
+        required=False,
+        help_text="Send each slot up to this much after it, the same delay at every restart, "
+        "never at or after the next slot: 30s, 5m. Empty: DURABLEBEAT_JITTER (none by default).",
+    )
     retention = FlexibleDurationField(
         required=False,
         help_text="How long this schedule's finished runs are kept, at least a day: 7d, 365d. "

@@ -81,7 +81,7 @@ TIMING_FIELDS = (
 )
 TIMING_FIELDS_SET = frozenset(TIMING_FIELDS)
 #: what beat does at a restart, a missed slot or a fire while one runs (R2, R8, R14, R34),
-#: and how long the ledger keeps its runs (R32)
+#: how late after its slot it sends one (R35), and how long the ledger keeps its runs (R32)
 POLICY_FIELDS = (
     "startup_grace",
     "catch_up",
@@ -89,6 +89,7 @@ POLICY_FIELDS = (
     "overlap",
     "max_in_flight",
     "terminate",
+    "jitter",
     "retention",
 )
 
@@ -111,7 +112,7 @@ class ClockDateTimeField(models.DateTimeField):  # type: ignore[type-arg]
 #: what beat writes about a row, never checked as the editor's input
 BEAT_OWNED = frozenset({"error", "stuck_reason", "next_fire_reason", "last_outcome"})
 #: what the edit rules may write besides what the editor wrote
-EDIT_RULE_FIELDS = ("next_fire_at", "next_fire_reason", "enabled_at")
+EDIT_RULE_FIELDS = ("next_fire_at", "next_fire_reason", "next_slot", "enabled_at")
 
 #: the columns whose change wakes beat, as migration 0002's trigger has them on PostgreSQL:
 #: a new or reset next fire, enabling or disabling, a row error set or cleared. A worker
@@ -145,13 +146,16 @@ def edit_rules(row: Schedule, changed: set[str], is_new: bool, now: dt.datetime)
     if "next_fire_at" in changed:
         if row.__dict__.get("_first_fire") != row.next_fire_at:  # not ``FirstFires``'s
             row.next_fire_reason = Reason.SCHEDULED
+            row.next_slot = None  # the editor's own next fire is its slot (R35)
         return notes
     if changed & TIMING_FIELDS_SET:
         row.next_fire_at = None
+        row.next_slot = None
         row.next_fire_reason = Reason.SCHEDULED
         notes.append("Timing changed: beat computes the next fire afresh.")
     elif "enabled" in changed and row.enabled and row.next_fire_at and row.next_fire_at < now:
         row.next_fire_at = None
+        row.next_slot = None
         row.next_fire_reason = Reason.SCHEDULED
         notes.append("Enabled: its old next fire had passed, beat computes a new one.")
     return notes
@@ -282,11 +286,13 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             kwargs.setdefault("buffered_slot", None)  # R34: a paused schedule keeps no slot
         if "next_fire_at" in kwargs:
             kwargs.setdefault("next_fire_reason", Reason.SCHEDULED)
+            kwargs.setdefault("next_slot", None)  # the next fire written is its slot (R35)
         elif TIMING_FIELDS_SET & kwargs.keys():
             # R29: the rows' old next fire belongs to the old timing. The new values
             # themselves are not checked here (no row in hand): beat sets a bad one aside
             # with its reason (R21).
             kwargs |= {"next_fire_at": None, "next_fire_reason": Reason.SCHEDULED}
+            kwargs["next_slot"] = None
         if "enabled" in kwargs:  # set last: MySQL's SET reads the columns it already set
             kwargs["enabled"] = kwargs.pop("enabled")
         n = super().update(**kwargs)
@@ -475,6 +481,14 @@ class Schedule(models.Model):
         help_text="With overlap 'replace': terminate the running task (Celery's revoke "
         "with terminate), not only revoke it.",
     )
+    #: R35: empty (NULL) is DURABLEBEAT_JITTER
+    jitter = models.DurationField(
+        null=True,
+        blank=True,
+        help_text="Send each slot up to this much after it (the same delay at every beat "
+        "and restart, never at or after the next slot): spreads schedules that share a "
+        "slot. Empty: DURABLEBEAT_JITTER.",
+    )
     #: R34, ``overlap=buffer_one``: the slot kept while a run is in flight, sent when it
     #: ends (its run is written then); None: none kept
     buffered_slot = models.DateTimeField(null=True, blank=True, editable=False)
@@ -492,6 +506,9 @@ class Schedule(models.Model):
     next_fire_reason = models.CharField(
         max_length=16, choices=Reason.choices, default=Reason.SCHEDULED, editable=False
     )
+    #: R35: the slot ``next_fire_at`` sends when the schedule's jitter moved it later (the
+    #: run's slot, R4); None: ``next_fire_at`` is the slot
+    next_slot = models.DateTimeField(null=True, blank=True, editable=False)
     last_fired_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_completed_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_failed_at = models.DateTimeField(null=True, blank=True, editable=False)

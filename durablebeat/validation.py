@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .conf import (
     MAX_CATCH_UP_WINDOW,
+    MAX_JITTER,
     MAX_RETENTION,
     MAX_STARTUP_GRACE,
     MIN_RETENTION,
@@ -512,6 +513,7 @@ def _range_errors(schedule: Schedule) -> dict[str, str]:
         "clocked_at": instant_error(schedule.clocked_at),
         "next_fire_at": instant_error(schedule.next_fire_at),
         "startup_grace": duration_error(schedule.startup_grace, dt.timedelta(0), MAX_STARTUP_GRACE),
+        "jitter": duration_error(schedule.jitter, dt.timedelta(0), MAX_JITTER),  # R35
         "catch_up_window": duration_error(
             schedule.catch_up_window, dt.timedelta(0), MAX_CATCH_UP_WINDOW, low_open=True
         ),
@@ -557,6 +559,10 @@ def _overlap_errors(schedule: Schedule) -> dict[str, str]:
         errors["terminate"] = (
             f"terminates the run a slot replaces, with overlap 'replace' only (this "
             f"schedule's overlap is {overlap!r:.30})"
+        )
+    if schedule.jitter and schedule.kind == Kind.CUSTOM:
+        errors["jitter"] = (
+            "a custom schedule object decides its own instants (is_due): no jitter (R35)"
         )
     return errors
 

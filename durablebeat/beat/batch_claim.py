@@ -96,10 +96,11 @@ def claim_many_pg(
         WITH v AS (
             SELECT * FROM unnest(
                 %s::bigint[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[],
-                %s::text[], %s::text[]
-            ) AS v(sid, was, nxt, slot, reason, task_id)
+                %s::timestamptz[], %s::text[], %s::text[]
+            ) AS v(sid, was, nxt, nxt_slot, slot, reason, task_id)
         ), moved AS (
-            UPDATE {schedule} SET next_fire_at = v.nxt, next_fire_reason = %s,
+            UPDATE {schedule} SET next_fire_at = v.nxt, next_slot = v.nxt_slot,
+                next_fire_reason = %s,
                 last_fired_at = %s, stuck_since = NULL, stuck_reason = ''
             FROM v WHERE {schedule}.id = v.sid AND {schedule}.next_fire_at = v.was
             RETURNING {schedule}.id
@@ -115,6 +116,7 @@ def claim_many_pg(
         [f.due.id for f in fires],
         [f.due.next_fire_at for f in fires],
         [f.fire.next_fire_at for f in fires],
+        [f.fire.next_slot for f in fires],
         [f.fire.slot for f in fires],
         [f.fire.reason for f in fires],
         task_ids,
@@ -182,18 +184,21 @@ def cas_many(fires: Sequence[ToFire], now: dt.datetime) -> set[int]:
         return _cas_many_locked(fires, now)
     ops = connection.ops
     pg = connection.vendor == "postgresql"
-    row = "(%s::bigint, %s::timestamptz, %s::timestamptz)" if pg else "(%s, %s, %s)"
+    at = "%s::timestamptz" if pg else "%s"
+    row = f"({'%s::bigint' if pg else '%s'}, {at}, {at}, {at})"
     params: list[Any] = []
     for f in fires:
         params += [
             f.due.id,
             ops.adapt_datetimefield_value(f.due.next_fire_at),
             ops.adapt_datetimefield_value(f.fire.next_fire_at),
+            ops.adapt_datetimefield_value(f.fire.next_slot),
         ]
     table = connection.ops.quote_name(Schedule._meta.db_table)
     sql = (
-        f"WITH v(sid, was, nxt) AS (VALUES {', '.join([row] * len(fires))}) "
-        f"UPDATE {table} SET next_fire_at = v.nxt, next_fire_reason = %s, "
+        f"WITH v(sid, was, nxt, nxt_slot) AS (VALUES {', '.join([row] * len(fires))}) "
+        f"UPDATE {table} SET next_fire_at = v.nxt, next_slot = v.nxt_slot, "
+        "next_fire_reason = %s, "
         "last_fired_at = %s, stuck_since = NULL, stuck_reason = '' "
         f"FROM v WHERE {table}.id = v.sid AND {table}.next_fire_at = v.was RETURNING id"
     )
@@ -220,13 +225,18 @@ def _cas_many_locked(fires: Sequence[ToFire], now: dt.datetime) -> set[int]:
     table = ops.quote_name(Schedule._meta.db_table)
     cases: list[str] = []
     params: list[Any] = []
+    slots: list[Any] = []
     for f in fires:
         if f.due.id in won:
             cases.append("WHEN %s THEN %s")
             params += [f.due.id, ops.adapt_datetimefield_value(f.fire.next_fire_at)]
+            slots += [f.due.id, ops.adapt_datetimefield_value(f.fire.next_slot)]
     ids = sorted(won)
+    whens = " ".join(cases)
+    params += slots
     sql = (
-        f"UPDATE {table} SET next_fire_at = CASE id {' '.join(cases)} END, "
+        f"UPDATE {table} SET next_fire_at = CASE id {whens} END, "
+        f"next_slot = CASE id {whens} END, "
         "next_fire_reason = %s, last_fired_at = %s, stuck_since = NULL, stuck_reason = '' "
         f"WHERE id IN ({', '.join(['%s'] * len(ids))})"
     )

@@ -58,6 +58,7 @@ def _cas(due: Due, **changes: Any) -> bool:
 def apply_defer(due: Due, action: Defer) -> bool:
     changes: dict[str, Any] = {
         "next_fire_at": action.next_fire_at,
+        "next_slot": action.next_slot,
         "next_fire_reason": action.reason,
     }
     if action.next_fire_at is None:
@@ -69,6 +70,7 @@ def apply_miss(due: Due, action: Miss, boot_id: uuid.UUID, now: dt.datetime) -> 
     with db.atomic():
         changes: dict[str, Any] = {
             "next_fire_at": action.next_fire_at,
+            "next_slot": action.next_slot,
             "next_fire_reason": Reason.SCHEDULED,
         }
         if action.next_fire_at is None:
@@ -83,7 +85,7 @@ def _one_off(due: Due) -> tuple[int | None, dt.datetime | None]:
     """``why_late``'s one-off arguments: the schedule's id when it is a one-off (its slot
     may predate its write), and the next fire its row held when beat found it."""
     if isinstance(due.spec, timing.Clocked):
-        return due.id, due.next_fire_at
+        return due.id, due.slot
     return None, None
 
 
@@ -239,7 +241,7 @@ def _claim_step(
         return None
     if step in (Step.RELEASE, Step.RELEASE_AND_BUFFER):
         assert due.buffered_slot is not None  # overlap_step: only with a kept slot
-        sent = Fire(due.buffered_slot, Reason.BUFFERED, fire.next_fire_at, missed=fire.missed)
+        sent = replace(fire, slot=due.buffered_slot, reason=Reason.BUFFERED, late=None)
         keep = fire.slot if step == Step.RELEASE_AND_BUFFER else None
         f = ToFire(due=due, fire=sent, message=f.message)
         made = _claim_one(due, sent, boot_id, now, kept=keep)
@@ -273,6 +275,7 @@ def _keep(
     still in flight (its kept slot stays for that one's end)."""
     changes: dict[str, Any] = {
         "next_fire_at": fire.next_fire_at,
+        "next_slot": fire.next_slot,
         "next_fire_reason": Reason.SCHEDULED,
         "buffered_slot": kept,
     }
@@ -406,6 +409,7 @@ def _claim_one(
     ``kept`` as its kept slot (R34)."""
     changes: dict[str, Any] = {
         "next_fire_at": fire.next_fire_at,
+        "next_slot": fire.next_slot,
         "next_fire_reason": Reason.SCHEDULED,
     }
     if fire.next_fire_at is None:

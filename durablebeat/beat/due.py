@@ -36,11 +36,12 @@ class Defaults:
 
     startup_grace: dt.timedelta
     catch_up_window: dt.timedelta
+    jitter: dt.timedelta = ZERO
 
     @classmethod
     def now(cls) -> Defaults:
         s = conf.settings
-        return cls(s.STARTUP_GRACE, s.CATCH_UP_WINDOW)
+        return cls(s.STARTUP_GRACE, s.CATCH_UP_WINDOW, s.JITTER)
 
 
 def due_from_row(
@@ -61,11 +62,15 @@ def due_from_row(
     own_keep = row.retention  # R32: the policy bounds catch-up by it (``Triage``)
     if own_keep is not None and not conf.MIN_RETENTION <= own_keep <= conf.MAX_RETENTION:
         raise timing.InvalidSchedule("retention", f"out of its range: {own_keep}")
-    grace, window = own_grace, own_window
-    if grace is None or not window:
+    own_jitter = row.jitter
+    if own_jitter is not None and not ZERO <= own_jitter <= conf.MAX_JITTER:
+        raise timing.InvalidSchedule("jitter", f"out of its range: {own_jitter}")
+    grace, window, jitter = own_grace, own_window, own_jitter
+    if grace is None or not window or jitter is None:
         d = defaults or Defaults.now()
         grace = d.startup_grace if grace is None else grace
         window = window or d.catch_up_window
+        jitter = d.jitter if jitter is None else jitter
     spec = row.to_spec()
     last_run_at = None
     if isinstance(spec, timing.Custom):
@@ -87,6 +92,8 @@ def due_from_row(
         max_in_flight=row.max_in_flight,
         terminate=bool(row.terminate),
         buffered_slot=row.buffered_slot,
+        jitter=jitter,
+        next_slot=row.next_slot,
     )
 
 
@@ -102,6 +109,7 @@ DUE_FIELDS = (
     "next_fire_at",
     "next_fire_reason",
     "buffered_slot",
+    "next_slot",
 )
 
 

@@ -213,7 +213,7 @@ class Engine:
                 # Skipped (R14) or another beat's (R4): the row moved on all the same, and so
                 # does memory, which would otherwise fire that slot if the database went away
                 # before the next heartbeat refreshes it (R5).
-                self.memory.moved_on(f.due.name, f.fire.next_fire_at)
+                self.memory.moved_on(f.due.name, f.fire.following)
         if claims:
             # The first batch of a burst, or of any tick: its first message leaves at once.
             self._publish(fires, claims, now, first_alone=self._backlog_since is None)
@@ -378,16 +378,14 @@ class Engine:
             if f.fire.reason == Reason.CATCH_UP:
                 self.triage.caught_up.add(f.due.id)
         for claim in claims:
-            self.memory.moved_on(
-                claim.schedule, by_id[claim.schedule_id or 0].fire.next_fire_at, now
-            )
+            self.memory.moved_on(claim.schedule, by_id[claim.schedule_id or 0].fire.following, now)
         out = self.dispatcher.dispatch(claims, first_alone)
         for claim in out.unsent:
             # Not sent (the broker is unreachable): keep it claimed and retry while it is
             # worth sending (``retries``) instead of dropping it.
             unsent = by_id[claim.schedule_id or 0]
             due, fire = unsent.due, unsent.fire
-            give_up = give_up_at(fire.slot, fire.next_fire_at, due.catch_up, due.catch_up_window)
+            give_up = give_up_at(fire.slot, fire.following, due.catch_up, due.catch_up_window)
             self.retry_later(claim, give_up, now, out.outage or "not sent")
         mark_published([c.run_id for c in out.sent if c.run_id is not None], now)
         self.unpublishable(out.refused, now)

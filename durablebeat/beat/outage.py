@@ -40,6 +40,7 @@ MAX_OUTAGE_FIRES = 20_000
 _REFRESHED = (
     "name",
     "next_fire_at",
+    "next_slot",
     "next_fire_reason",
     "enabled",
     "error",
@@ -124,8 +125,11 @@ class OutageMemory:
         with db.connection().cursor() as cur:
             cur.execute(self._stored[1], self._stored[2])
             _, rows = converted(cur)
-        for name, next_fire_at, reason, enabled, error, fired, created in rows:
+        for name, next_fire_at, next_slot, reason, enabled, error, fired, created in rows:
             planned = self.plan[name]
+            # from memory a slot goes at the slot itself, its jitter not applied (R5, R35)
+            if next_slot is not None and next_fire_at is not None and next_slot <= next_fire_at:
+                next_fire_at = next_slot
             planned.next_fire_at = next_fire_at if enabled and not error else None
             planned.reason = reason
             planned.last_run_at = fired or created
@@ -222,6 +226,7 @@ class OutageMemory:
         """A slot decided with the database whose claim could not be written (R5), sent at
         ``published_at`` (None: not sent): kept for the ledger; its memory moves on."""
         fire = sent.fire
+        following = fire.following  # memory keeps slots (R35)
         self.remember(
             OutageFire(
                 schedule=sent.due.name,
@@ -229,10 +234,10 @@ class OutageMemory:
                 reason=fire.reason,
                 task_id=task_id,
                 published_at=published_at,
-                next_fire_at=fire.next_fire_at,
+                next_fire_at=following,
             ),
         )
-        self.moved_on(sent.due.name, fire.next_fire_at, now)
+        self.moved_on(sent.due.name, following, now)
 
     def next_fire(self) -> dt.datetime | None:
         """The earliest next fire in memory, None when nothing is planned."""

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, replace
 from zoneinfo import ZoneInfo
 
-from . import clock, solar, timing
+from . import clock, jitter, solar, timing
 from .custom import custom_next
 from .enums import Overlap, Reason
 from .relative import relative_first
@@ -26,6 +26,8 @@ class Due:
     id: int
     name: str
     spec: timing.Spec
+    #: the stored next fire: the instant its slot is sent (R1; with a jitter, R35, later
+    #: than the slot)
     next_fire_at: dt.datetime | None
     next_fire_reason: str
     startup_grace: dt.timedelta
@@ -41,6 +43,16 @@ class Due:
     #: a custom schedule's last run, as Celery's beat passes it to ``is_due``: the last slot
     #: fired, or when the schedule was first stored (Celery's boot time) (R25)
     last_run_at: dt.datetime | None = None
+    #: R35: each slot is sent at slot + a delay in [0, jitter) (zero: at the slot)
+    jitter: dt.timedelta = dt.timedelta(0)
+    #: R35: the slot ``next_fire_at`` sends, when it was jittered (None: it is the slot)
+    next_slot: dt.datetime | None = None
+
+    @property
+    def slot(self) -> dt.datetime | None:
+        """The slot the next fire sends (R4's key): a jittered instant's own slot."""
+        at, slot = self.next_fire_at, self.next_slot
+        return slot if slot is not None and at is not None and slot <= at else at
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,13 @@ class Fire:
     #: a one-off found this long after its slot, past ``late_after``: it fires once, late,
     #: and its run says so (R31)
     late: dt.timedelta | None = None
+    #: R35: the slot ``next_fire_at`` sends, when jittered (None: it is the slot)
+    next_slot: dt.datetime | None = None
+
+    @property
+    def following(self) -> dt.datetime | None:
+        """The schedule's next slot (``next_fire_at`` is when it is sent, R35)."""
+        return self.next_slot or self.next_fire_at
 
 
 @dataclass(frozen=True)
@@ -62,6 +81,8 @@ class Defer:
 
     next_fire_at: dt.datetime | None
     reason: str
+    #: R35: the slot ``next_fire_at`` sends, when jittered (None: it is the slot)
+    next_slot: dt.datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +100,8 @@ class Miss:
 
     missed: MissedRange
     next_fire_at: dt.datetime | None
+    #: R35: the slot ``next_fire_at`` sends, when jittered (None: it is the slot)
+    next_slot: dt.datetime | None = None
 
 
 Action = Fire | Defer | Miss
@@ -120,7 +143,17 @@ def decide(
             f"no {spec.event.replace('_', ' ')} at {spec.place()} within "
             f"{solar.MAX_SEARCH_DAYS} days",
         )
-    return action
+    return jittered(due, action)
+
+
+def jittered(due: Due, action: Action) -> Action:
+    """R35: the next fire the action writes is its slot's jittered instant, the slot kept
+    beside it. A custom schedule object decides its own instants (R25): none jittered."""
+    slot = action.next_fire_at
+    if not due.jitter or slot is None or isinstance(due.spec, timing.Custom):
+        return action
+    at = jitter.instant(due.name, due.spec, slot, due.jitter)
+    return replace(action, next_fire_at=at, next_slot=slot) if at != slot else action
 
 
 def _decide(
@@ -135,17 +168,17 @@ def _decide(
         return _release(due, due.next_fire_at)
     if isinstance(spec, timing.Custom):
         return _ask_custom(due, spec, now)
-    if due.next_fire_at is None:
+    slot = due.slot
+    if due.next_fire_at is None or slot is None:
         return _first_fire(due, now, late_after, caught_up, one_off_window)
-    if now - due.next_fire_at <= late_after:
-        slot = due.next_fire_at
+    if now - due.next_fire_at <= late_after:  # late counts from the instant it was due (R35)
         return Fire(slot, due.next_fire_reason, timing.advance(spec, slot, now))
     if isinstance(spec, timing.Interval):
         # R7: an overdue interval slot fires once, after the startup grace, then continues
         # on the grid that starts there (a relative one: on its chain, R25).
         return Defer(grace_slot(spec, now, due.startup_grace), Reason.STARTUP_GRACE)
     assert not isinstance(spec, timing.Custom)
-    return _missed(due, spec, due.next_fire_at, now, caught_up, late_after, one_off_window)
+    return _missed(due, spec, slot, now, caught_up, late_after, one_off_window)
 
 
 def _release(due: Due, ended_at: dt.datetime) -> Action:
@@ -237,7 +270,11 @@ def _missed(
     if missed is None:  # the stored time was not on the grid (timing changed): just move on
         return Defer(next_fire, Reason.SCHEDULED)
     latest = missed.last
-    if now - latest <= late_after:
+    sent_at = jitter.instant(due.name, spec, latest, due.jitter)
+    if now < sent_at:  # R35: the latest slot's instant has not come: it goes then
+        before = _slots(spec, since, latest - dt.timedelta(microseconds=1))
+        return Defer(latest, Reason.SCHEDULED) if before is None else Miss(before, latest)
+    if now - sent_at <= late_after:
         reason = Reason.SCHEDULED  # only late: it fires as scheduled, the rest are missed
     elif due.catch_up and not caught_up and now - latest <= due.catch_up_window:
         reason = Reason.CATCH_UP
