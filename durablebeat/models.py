@@ -15,6 +15,7 @@ from django.db.models.sql import Query
 
 from . import conf, db, wakeup
 from .core import clock, solar, timing
+from .core.jitter import slot_of
 from .enums import IN_FLIGHT_STATES, UNTRACKED, Failure, Kind, Overlap, Reason, RunState, Source
 from .first_fire import FirstFires
 from .validation import validate_schedule_fields
@@ -588,6 +589,16 @@ class Schedule(models.Model):
         self.remember_stored()
         if update_fields is None or WAKE_FIELDS & set(update_fields):
             wakeup.schedules_changed()
+
+    def jittered_slot(self) -> dt.datetime | None:
+        """R35: the slot the next fire sends when its jitter moved it later, else None."""
+        if self.next_slot is None or self.next_fire_at is None:
+            return None
+        try:
+            slot = slot_of(self.to_spec(), self.next_fire_at, self.next_slot)
+        except Exception:  # a bad row (R21): its error says why, not this
+            return None
+        return slot if slot != self.next_fire_at else None
 
     @classmethod
     def from_db(

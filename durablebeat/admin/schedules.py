@@ -179,7 +179,16 @@ class ScheduleAdmin(GuardedAdmin):
     def next_fire_detail(self, obj: Schedule) -> str:
         if obj.pk is None:
             return "-"
-        return format_html("{} ({})", next_fire_cell(obj), local(obj.next_fire_at))
+        said = format_html("{} ({})", next_fire_cell(obj), local(obj.next_fire_at))
+        slot = obj.jittered_slot()
+        if slot is None or obj.next_fire_at is None:
+            return said
+        return format_html(  # R35: the instant is the slot's, moved later by its jitter
+            "{}: slot {}, sent {} after it (jitter)",
+            said,
+            local(slot),
+            words.duration_words(obj.next_fire_at - slot),
+        )
 
     # Instants on the page read like the list's: "2026-03-02 12:04:00 UTC", and how long ago.
     @admin.display(description="last fired")

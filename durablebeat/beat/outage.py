@@ -16,7 +16,7 @@ from typing import Any
 from django.db import IntegrityError
 
 from .. import conf, db
-from ..core import policy, timing
+from ..core import jitter, policy, timing
 from ..core.custom import custom_next
 from ..enums import Reason, RunState
 from ..models import (
@@ -128,8 +128,7 @@ class OutageMemory:
         for name, next_fire_at, next_slot, reason, enabled, error, fired, created in rows:
             planned = self.plan[name]
             # from memory a slot goes at the slot itself, its jitter not applied (R5, R35)
-            if next_slot is not None and next_fire_at is not None and next_slot <= next_fire_at:
-                next_fire_at = next_slot
+            next_fire_at = _slot_of(planned.entry, next_fire_at, next_slot)
             planned.next_fire_at = next_fire_at if enabled and not error else None
             planned.reason = reason
             planned.last_run_at = fired or created
@@ -321,6 +320,16 @@ def write_fires(fires: collections.deque[OutageFire], boot_id: uuid.UUID, now: d
             extra={"event": "outage_reconciled", "count": done},
         )
     return done
+
+
+def _slot_of(
+    entry: CodeEntry, at: dt.datetime | None, slot: dt.datetime | None
+) -> dt.datetime | None:
+    """The slot a code schedule's stored next fire sends (R35), as the engine reads it."""
+    try:
+        return jitter.slot_of(entry.spec, at, slot)
+    except Exception:  # R21: a schedule the math refuses keeps its stored next fire
+        return at
 
 
 def reconcile_outage_fire(fire: OutageFire, boot_id: uuid.UUID, now: dt.datetime) -> bool:

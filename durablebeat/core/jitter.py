@@ -38,3 +38,17 @@ def instant(name: str, spec: timing.Spec, slot: dt.datetime, jitter: dt.timedelt
     following = timing.advance(spec, slot, slot)
     span = jitter if following is None else min(jitter, following - slot)
     return slot + delay(name, slot, span)
+
+
+def slot_of(
+    spec: timing.Spec, at: dt.datetime | None, slot: dt.datetime | None
+) -> dt.datetime | None:
+    """The slot a stored next fire ``at`` sends: ``slot`` (stored beside it) while ``at``
+    lies between that slot and the one after it, as every jittered instant does (whatever
+    the jitter was when it was stored), else ``at`` itself. A writer that moved the next fire
+    on without knowing of the slot (the previous release's beat, raw SQL) left one that no
+    longer fits: it is ignored, never fired in place of the next."""
+    if slot is None or at is None or isinstance(spec, timing.Custom) or not slot <= at:
+        return at
+    following = timing.advance(spec, slot, slot)
+    return slot if following is None or at < following else at

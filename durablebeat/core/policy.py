@@ -48,11 +48,10 @@ class Due:
     #: R35: the slot ``next_fire_at`` sends, when it was jittered (None: it is the slot)
     next_slot: dt.datetime | None = None
 
-    @property
+    @functools.cached_property
     def slot(self) -> dt.datetime | None:
         """The slot the next fire sends (R4's key): a jittered instant's own slot."""
-        at, slot = self.next_fire_at, self.next_slot
-        return slot if slot is not None and at is not None and slot <= at else at
+        return jitter.slot_of(self.spec, self.next_fire_at, self.next_slot)
 
 
 @dataclass(frozen=True)

@@ -144,3 +144,19 @@ def test_a_bad_jitter_is_refused_naming_the_field(jitter_value, words):
     with pytest.raises(BadEntry, match="jitter"):
         parse_beat_schedule(entry, "UTC", check_task=False)
     assert not Schedule.objects.exists()
+
+
+def test_a_next_fire_moved_by_a_writer_that_knows_no_slot_fires_as_its_own_slot(
+    frozen, make_engine, publisher
+):
+    """The previous release's beat moves ``next_fire_at`` only (raw SQL here): the slot
+    left beside it is ignored, the stored next fire fires as its own slot, once."""
+    from django.db import connection
+
+    api.add_schedules(_digests(1))
+    moved = frozen + 5 * S
+    with connection.cursor() as cur:
+        cur.execute("UPDATE durablebeat_schedule SET next_fire_at = %s", [moved])
+    make_engine(hooks=[]).tick(moved)
+    assert publisher.slots() == [moved]
+    assert Run.objects.get().slot == moved

@@ -80,9 +80,12 @@ def test_a_jittered_slot_fires_with_its_slot_as_identity_and_the_next_jittered()
 
 
 def test_lateness_counts_from_the_instant_not_the_slot():
-    """A slot sent 50 s after 08:00 by its jitter is on time at 08:00:55 (late after 10 s)."""
-    at = T8 + 50 * S
-    action = decide(due(AT_8, at, jitter=60 * S, next_slot=T8), at + 5 * S, LATE, False, NO_WINDOW)
+    """A slot sent hours after 08:00 by its jitter is on time 5 s after its instant (late
+    after 10 s)."""
+    span = dt.timedelta(hours=6)
+    at = jitter.instant("s", AT_8, T8, span)
+    assert at - T8 > 10 * LATE  # this name's delay (fixed: derived from the name and slot)
+    action = decide(due(AT_8, at, jitter=span, next_slot=T8), at + 5 * S, LATE, False, NO_WINDOW)
     assert isinstance(action, Fire) and action.slot == T8 and action.missed is None
 
 
@@ -122,3 +125,28 @@ def test_a_custom_schedule_is_not_jittered():
     spec = timing.Custom(Always(), "always")
     action = Defer(T8, "scheduled")
     assert jittered(due(spec, None, jitter=60 * S), action) is action
+
+
+def test_a_stale_slot_a_writer_left_behind_is_never_fired_in_place_of_the_next():
+    """The previous release's beat (or raw SQL) moved the next fire on to 08:00 tomorrow
+    and left yesterday's slot beside it: the slot no longer matches, the next fire is its
+    own slot."""
+    tomorrow = T8 + dt.timedelta(days=1)
+    row = due(AT_8, tomorrow, jitter=60 * S, next_slot=T8)
+    assert row.slot == tomorrow
+    assert jitter.slot_of(AT_8, tomorrow, T8) == tomorrow
+    at = jitter.instant("s", AT_8, tomorrow, 60 * S)
+    assert jitter.slot_of(AT_8, at, tomorrow) == tomorrow
+
+
+def test_a_slot_stored_under_another_jitter_is_still_its_slot():
+    """DURABLEBEAT_JITTER or the schedule's jitter changed since the instant was stored:
+    that slot still goes at the instant stored, named by its slot (and an interval keeps
+    its grid); the next slot takes the new jitter."""
+    at = jitter.instant("s", EVERY_20, T8, 60 * S)  # capped at the 20-s gap
+    row = due(EVERY_20, at, jitter=5 * S, next_slot=T8)
+    assert row.slot == T8
+    action = decide(row, at, LATE, False, NO_WINDOW)
+    assert isinstance(action, Fire) and action.slot == T8
+    assert action.next_slot == T8 + 20 * S
+    assert action.next_fire_at == jitter.instant("s", EVERY_20, T8 + 20 * S, 5 * S)
