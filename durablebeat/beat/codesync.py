@@ -52,6 +52,7 @@ POLICY_KEYS = {
     "overlap",
     "max_in_flight",
     "terminate",
+    "pause_after_failures",
     "retention",
     "description",
     "take_over",
@@ -107,6 +108,9 @@ class CodeEntry:
     #: R34: ``allow``'s bound on the runs in flight (None: none); ``replace`` terminates
     max_in_flight: int | None = None
     terminate: bool = False
+    #: R36: pause after this many runs in a row failed or were lost; None: the setting's,
+    #: 0: never
+    pause_after_failures: int | None = None
     #: how long the ledger keeps its runs (R32); None: ``DURABLEBEAT_RETENTION``
     retention: dt.timedelta | None = None
     description: str = ""
@@ -131,6 +135,7 @@ class CodeEntry:
         row.startup_grace, row.catch_up = self.startup_grace, self.catch_up
         row.catch_up_window, row.overlap = self.catch_up_window, self.overlap
         row.max_in_flight, row.terminate = self.max_in_flight, self.terminate
+        row.pause_after_failures = self.pause_after_failures
         row.retention, row.description = self.retention, self.description
         row.set_spec(self.spec)
 
@@ -282,6 +287,9 @@ def parse_entry(
         overlap=overlap,
         max_in_flight=read.typed(policy.get("max_in_flight"), "max_in_flight", (int,), "a number"),
         terminate=flags["terminate"],
+        pause_after_failures=read.typed(
+            policy.get("pause_after_failures"), "pause_after_failures", (int,), "a number"
+        ),
         retention=read.duration(policy.get("retention"), "retention"),
         description=read.text(policy.get("description"), "description"),
         take_over=flags["take_over"],
