@@ -46,6 +46,7 @@ from .models import (
     beat_alive,
     edit_rules,
 )
+from .validation import paused_note_error
 
 __all__ = [
     "InvalidSchedule",
@@ -107,6 +108,11 @@ class ScheduleInfo:
     #: why beat set the row aside (R21), "" when it is good
     error: str
     deleted_at: dt.datetime | None
+    #: R36: since when it is paused (None while it fires), who paused it and why (None:
+    #: no note), and whether it paused itself after failures in a row
+    paused_at: dt.datetime | None = None
+    paused_note: str | None = None
+    paused_on_failure: bool = False
 
     @classmethod
     def of(cls, row: Schedule, now: dt.datetime) -> ScheduleInfo:
@@ -122,6 +128,9 @@ class ScheduleInfo:
             last_outcome=row.last_outcome,
             error=row.error,
             deleted_at=row.deleted_at,
+            paused_at=row.paused_at,
+            paused_note=row.paused_note,
+            paused_on_failure=bool(row.paused_on_failure),
         )
 
 
@@ -278,15 +287,34 @@ def update_schedule(
     return ScheduleInfo.of(row, clock.now())
 
 
-def pause_schedule(name: str) -> ScheduleInfo:
-    """Stop firing until ``resume_schedule``; the slots meanwhile are not fired later."""
-    return _set_enabled(name, False)
+def pause_schedule(name: str, *, note: str | None = None) -> ScheduleInfo:
+    """Stop firing until ``resume_schedule``; the slots meanwhile are not fired later.
+
+    ``note``: who paused it and why, shown wherever the pause is (R36). Given for a
+    schedule already paused, it replaces that pause's note, and a pause the schedule made
+    itself after failures becomes this person's (``check`` no longer reports it)."""
+    if note is not None:
+        _refuse_bad_note(note)
+    with db.atomic():
+        row = _row(name, lock=True)
+        if row.enabled or note is not None:
+            row.enabled = False
+            if note is not None:
+                row.paused_note, row.paused_on_failure = note, None
+            row.save()
+    return ScheduleInfo.of(row, clock.now())
 
 
 def resume_schedule(name: str) -> ScheduleInfo:
     """Fire again from the next slot (a next fire that passed while paused is computed
-    afresh, not reported as missed)."""
+    afresh, not reported as missed). The pause's note and the count of failures in a row
+    are cleared (R36)."""
     return _set_enabled(name, True)
+
+
+def _refuse_bad_note(note: Any) -> None:
+    if (problem := paused_note_error(note)) is not None:
+        raise InvalidSchedule("paused_note", problem)
 
 
 def run_now(name: str) -> str:
@@ -736,6 +764,7 @@ def _entry_of(row: Schedule) -> dict[str, Any]:
         "max_in_flight": row.max_in_flight,
         "terminate": bool(row.terminate),
         "jitter": row.jitter,
+        "pause_after_failures": row.pause_after_failures,
         "retention": row.retention,
         "description": row.description,
     }

@@ -1,5 +1,8 @@
 """The Django app config: once the app registry is ready, it registers the system checks
-(``durablebeat.E001``...) and connects the workers' run tracking to Celery's task signals."""
+(``durablebeat.E001``...) and connects the workers' run tracking to Celery's task signals,
+and, where Sentry is loaded, a pause's report to it (R36)."""
+
+import sys
 
 from django.apps import AppConfig
 
@@ -21,3 +24,7 @@ class DurablebeatConfig(AppConfig):
         # R31: a saver asks whether a live beat's LISTEN is deaf (below the models, wakeup
         # cannot import them)
         wakeup.deaf_beat_alive = boots.listen_deaf_alive
+        if "sentry_sdk" in sys.modules:  # R36: a pause is a Sentry issue, where Sentry is loaded
+            from . import sentry
+
+            sentry.connect_pauses()

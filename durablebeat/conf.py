@@ -17,6 +17,8 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
+from .core.pause import MAX_PAUSE_AFTER_FAILURES
+
 #: ``startup_grace`` (per schedule, ``validation``, and the setting): 0 (fire at once) to a week
 MAX_STARTUP_GRACE = dt.timedelta(days=7)
 #: ``catch_up_window`` (per schedule and the setting): more than 0, at most a year
@@ -251,6 +253,15 @@ class Settings:
     def NO_SUCCESS_PERIODS(self) -> int:
         """``check`` flags a schedule with no success over this many of its periods."""
         return self._int("NO_SUCCESS_PERIODS", 3, low=1, high=1000)
+
+    @property
+    def PAUSE_AFTER_FAILURES(self) -> int | None:
+        """R36: a schedule pauses itself after this many of its runs in a row failed or were
+        lost, unless its own ``pause_after_failures`` says otherwise (0: never). ``None``
+        (the default): no schedule pauses but by its own bound."""
+        if self._get("PAUSE_AFTER_FAILURES", None) is None:
+            return None
+        return self._int("PAUSE_AFTER_FAILURES", 0, low=1, high=MAX_PAUSE_AFTER_FAILURES)
 
     @property
     def RESULT_RECONCILE(self) -> bool:

@@ -202,6 +202,7 @@ class ScheduleForm(_ModelForm):
             "task",
             "description",
             "enabled",
+            "paused_note",
             *EDITABLE_TIMING_FIELDS,
             "next_fire_at",
             *MESSAGE_FIELDS,

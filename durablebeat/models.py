@@ -91,6 +91,7 @@ POLICY_FIELDS = (
     "max_in_flight",
     "terminate",
     "jitter",
+    "pause_after_failures",
     "retention",
 )
 
@@ -112,8 +113,10 @@ class ClockDateTimeField(models.DateTimeField):  # type: ignore[type-arg]
 
 #: what beat writes about a row, never checked as the editor's input
 BEAT_OWNED = frozenset({"error", "stuck_reason", "next_fire_reason", "last_outcome"})
+#: R36: what a pause records and a resume clears (the edit rules write them)
+PAUSE_FIELDS = ("paused_at", "paused_note", "paused_on_failure", "failures_in_a_row")
 #: what the edit rules may write besides what the editor wrote
-EDIT_RULE_FIELDS = ("next_fire_at", "next_fire_reason", "next_slot", "enabled_at")
+EDIT_RULE_FIELDS = ("next_fire_at", "next_fire_reason", "next_slot", "enabled_at", *PAUSE_FIELDS)
 
 #: the columns whose change wakes beat, as migration 0002's trigger has them on PostgreSQL:
 #: a new or reset next fire, enabling or disabling, a row error set or cleared. A worker
@@ -142,8 +145,12 @@ def edit_rules(row: Schedule, changed: set[str], is_new: bool, now: dt.datetime)
         return notes
     if "enabled" in changed and row.enabled and "enabled_at" not in changed:
         row.enabled_at = now  # check's no_success counts its periods from here
+    if "enabled" in changed and row.enabled:
+        # R36: a resume clears the pause, its note and the count of failures in a row
+        row.paused_at = row.paused_note = row.paused_on_failure = row.failures_in_a_row = None
     if "enabled" in changed and not row.enabled:
         row.buffered_slot = None  # R34: a paused schedule keeps no slot for later
+        row.paused_at = row.paused_at or now  # R36: since when (its note, if any, is kept)
     if "next_fire_at" in changed:
         if row.__dict__.get("_first_fire") != row.next_fire_at:  # not ``FirstFires``'s
             row.next_fire_reason = Reason.SCHEDULED
@@ -276,6 +283,8 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             # meanwhile neither fired late nor reported missed (R2).
             now, was_off = clock.now(), Q(enabled=False)
             kwargs.setdefault("enabled_at", _where(was_off, now, "enabled_at"))
+            for name in PAUSE_FIELDS:  # R36: a resume clears the pause, its note, the count
+                kwargs.setdefault(name, _where(was_off, None, name))
             passed = was_off & Q(next_fire_at__lt=now)
             if not (TIMING_FIELDS_SET | {"next_fire_at"}) & kwargs.keys():
                 # the reason first: MySQL's SET reads the columns it already set
@@ -285,6 +294,8 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
                 kwargs["next_fire_at"] = _where(passed, None, "next_fire_at")
         if kwargs.get("enabled") is False:
             kwargs.setdefault("buffered_slot", None)  # R34: a paused schedule keeps no slot
+            # R36: since when, for the rows this pauses (a paused row keeps its own)
+            kwargs.setdefault("paused_at", _where(Q(enabled=True), clock.now(), "paused_at"))
         if "next_fire_at" in kwargs:
             kwargs.setdefault("next_fire_reason", Reason.SCHEDULED)
             kwargs.setdefault("next_slot", None)  # the next fire written is its slot (R35)
@@ -493,6 +504,29 @@ class Schedule(models.Model):
     #: R34, ``overlap=buffer_one``: the slot kept while a run is in flight, sent when it
     #: ends (its run is written then); None: none kept
     buffered_slot = models.DateTimeField(null=True, blank=True, editable=False)
+    #: R36: nullable without a default, as every column added since 0001 (the previous
+    #: release inserts; SQLite adds the column without rebuilding the table)
+    pause_after_failures = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Pause this schedule after this many of its runs in a row failed or were "
+        "lost (R36). Empty: DURABLEBEAT_PAUSE_AFTER_FAILURES (off by default); 0: never.",
+    )
+    #: R36: the count of runs in a row that failed or were lost (None: none counted), moved
+    #: by whoever writes a run's final state (``pausing``); a resume clears it
+    failures_in_a_row = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    #: R36: when it was paused (any pause; None while enabled)
+    paused_at = models.DateTimeField(null=True, blank=True, editable=False)
+    #: R36: who paused it and why, shown wherever the pause is; cleared by a resume
+    paused_note = models.TextField(  # noqa: DJ001  (nullable: added without a rewrite)
+        null=True,
+        blank=True,
+        help_text="Why it is paused and who paused it, shown wherever the pause is "
+        "(status, check, the API). Cleared when it is enabled again.",
+    )
+    #: R36: the pause is its own, after failures in a row (``check``'s paused_on_failure);
+    #: None or False: a person's pause, or not paused
+    paused_on_failure = models.BooleanField(null=True, blank=True, editable=False)
     #: R32: nullable, so that the previous release, which does not name it, still inserts
     retention = models.DurationField(
         null=True,
@@ -577,12 +611,12 @@ class Schedule(models.Model):
         is_new = self.pk is None  # a row built by hand with a pk is an edit of that row
         update_fields = kwargs.get("update_fields")
         now = clock.now()
-        before = (self.next_fire_at, self.next_fire_reason, self.enabled_at)
+        before = tuple(getattr(self, name) for name in EDIT_RULE_FIELDS)
         if not is_new:
             edit_rules(self, self.changed_fields(), False, now)
         refuse_invalid([self])
         FirstFires(now, lambda: beat_alive(now)).fill(self)  # R33: known when it commits
-        after = (self.next_fire_at, self.next_fire_reason, self.enabled_at)
+        after = tuple(getattr(self, name) for name in EDIT_RULE_FIELDS)
         if update_fields is not None and before != after:
             kwargs["update_fields"] = update_fields = {*update_fields, *EDIT_RULE_FIELDS}
         super().save(*args, **kwargs)

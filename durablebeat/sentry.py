@@ -17,10 +17,18 @@ fire, what that wrapper does, through durablebeat's hook (``signals.before_publi
 Beat connects it at boot when ``sentry_sdk`` is loaded in its process
 (``schedulers.DurableScheduler.setup_schedule``); with no ``CeleryIntegration`` in Sentry's
 client it does nothing. The core never imports this module's tool.
+
+R36: a schedule that pauses itself after failures in a row (``signals.schedule_paused``,
+sent by the worker or by beat, whichever wrote the run that reached the bound) is an issue
+in Sentry: one event at level error, grouped per schedule, with the pause's note. Every
+process that loads Django with ``sentry_sdk`` loaded connects it (``apps``), with any
+integration: a pause is news whether or not Sentry watches Celery. Sentry Crons has no
+"paused" check-in: a monitored schedule's monitor reports its slots missed meanwhile.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import sentry_sdk
@@ -111,6 +119,27 @@ def celery_schedule_of(spec: timing.Spec, app: Any) -> Any:
     if isinstance(spec, timing.Custom):
         return spec.schedule  # the object itself, as Celery's beat holds it
     return None
+
+
+def paused(sender: Any, schedule: str, note: str, failures: int, at: dt.datetime, **_: Any) -> None:
+    """The ``schedule_paused`` receiver (R36): one Sentry event per pause, grouped by the
+    schedule's name."""
+    if not sentry_sdk.get_client().is_active():
+        return
+    with sentry_sdk.new_scope() as scope:
+        scope.set_tag("durablebeat.schedule", schedule)
+        scope.set_context(
+            "durablebeat", {"schedule": schedule, "failures": failures, "paused_at": at.isoformat()}
+        )
+        scope.fingerprint = ["durablebeat", "schedule_paused", schedule]
+        sentry_sdk.capture_message(
+            f"durablebeat: schedule {schedule} paused itself: {note}", level="error"
+        )
+
+
+def connect_pauses() -> None:
+    """Wire ``paused`` (once per process; every process that may write a run's end)."""
+    signals.schedule_paused.connect(paused, weak=False, dispatch_uid="durablebeat.sentry.paused")
 
 
 def connect(app: Any) -> None:

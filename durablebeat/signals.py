@@ -13,6 +13,11 @@ keyword arguments:
   items are added to that message's headers (the Sentry integration adds its monitor's).
 - ``run_finished`` (the worker, when the run's task ended; beat, when the broker refused
   the message) adds ``outcome`` (``succeeded`` or ``failed``) and ``error`` (why, or "").
+- ``schedule_paused`` (whoever wrote the run's final state that paused it: the worker, or
+  beat's reclaim round; R36) is sent once, when a schedule pauses itself after
+  ``failures`` runs in a row failed or were lost, after the pause commits, with ``note``
+  (the pause's note: which runs, when the last one ended) and ``at`` (when it paused); not
+  the fire's arguments above. A person's pause sends nothing.
 
 Receivers run in the process that sends, synchronously, inside the send: keep them short
 (a ping with a timeout). One that raises is logged and never stops a fire or a run. With
@@ -33,6 +38,7 @@ logger = logging.getLogger("durablebeat")
 before_publish = Signal()
 fired = Signal()
 run_finished = Signal()
+schedule_paused = Signal()
 
 
 def send(signal: Signal, schedule: str, **kwargs: Any) -> list[Any]:

@@ -37,6 +37,7 @@ from .conf import (
     settings,
 )
 from .core import solar, timing
+from .core.pause import MAX_PAUSE_AFTER_FAILURES
 from .enums import Kind, Overlap, Source
 from .words import limit_words
 
@@ -567,6 +568,38 @@ def _overlap_errors(schedule: Schedule) -> dict[str, str]:
     return errors
 
 
+#: R36: the longest a pause's note may be, in characters
+MAX_PAUSED_NOTE = 2000
+
+
+def _pause_errors(schedule: Schedule) -> dict[str, str]:
+    """R36: the bound is a whole number of runs (0: never pause, whatever the setting says);
+    a note is text of a bounded length."""
+    errors: dict[str, str] = {}
+    bound = schedule.pause_after_failures
+    if bound is not None:
+        if isinstance(bound, bool) or not isinstance(bound, int):
+            errors["pause_after_failures"] = f"must be a whole number, got {bound!r:.60}"
+        elif not 0 <= bound <= MAX_PAUSE_AFTER_FAILURES:
+            errors["pause_after_failures"] = (
+                f"must be from 1 to {MAX_PAUSE_AFTER_FAILURES} runs (0: never), got {bound}"
+            )
+    if (problem := paused_note_error(schedule.paused_note)) is not None:
+        errors["paused_note"] = problem
+    return errors
+
+
+def paused_note_error(note: Any) -> str | None:
+    """R36: what is wrong with a pause's note (None: nothing; no note is none)."""
+    if note is None:
+        return None
+    if not isinstance(note, str):
+        return f"must be text, got {note!r:.60}"
+    if len(note) > MAX_PAUSED_NOTE:
+        return f"must be at most {MAX_PAUSED_NOTE} characters, got {len(note)}"
+    return text_error(note)
+
+
 def _kind_errors(schedule: Schedule) -> dict[str, str]:
     """R25: a solar schedule needs ephem installed; a custom one exists only in code."""
     if schedule.kind == Kind.SOLAR and importlib.util.find_spec("ephem") is None:
@@ -597,6 +630,8 @@ def validate_schedule_fields(
     for name, msg in (message | _range_errors(schedule)).items():
         errors.setdefault(name, msg)
     for name, msg in (_kind_errors(schedule) | _overlap_errors(schedule)).items():
+        errors.setdefault(name, msg)
+    for name, msg in _pause_errors(schedule).items():
         errors.setdefault(name, msg)
     task = schedule.task
     if check_task is None:

@@ -144,6 +144,17 @@ def next_fire_words(row: Schedule, now: dt.datetime) -> str:
     return f"overdue {duration_words(now - row.next_fire_at)}"
 
 
+def pause_words(row: Schedule, now: dt.datetime) -> str:
+    """A pause as the admin and ``status`` say it (R36): "" while it fires, else "paused"
+    (and how long ago, and its note): "paused 2 h ago: paused after 3 failures in a row..."."""
+    if row.enabled:
+        return ""
+    if row.deleted_at is not None:
+        return "deleted"
+    said = "paused" if row.paused_at is None else f"paused {relative(row.paused_at, now)}"
+    return f"{said}: {row.paused_note}" if row.paused_note else said
+
+
 def absolute(value: dt.datetime | None) -> str:
     if value is None:
         return ""

@@ -12,16 +12,17 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, models
-from django.db.models import QuerySet
+from django.db.models import Case, F, Q, QuerySet, TextField, Value, When
+from django.db.models.functions import Concat
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
 from django.utils.html import escape, format_html, format_html_join
 from django.views.decorators.http import require_POST
 
-from .. import words
+from .. import conf, words
 from ..beat import entry_options, live, publishing
-from ..core import clock, timing
+from ..core import clock, pause, timing
 from ..enums import Reason, Source
 from ..forms import CODE_OWNED_FIELDS, ScheduleForm, ShownToTheSecondField
 from ..models import LIMIT_FIELDS, MESSAGE_FIELDS, POLICY_FIELDS, Schedule, edit_rules
@@ -69,6 +70,7 @@ class ScheduleAdmin(GuardedAdmin):
         "task",
         "schedule_in_words",
         "enabled",
+        "pause",
         "next_fire",
         "last_completion",
         "outcome",
@@ -106,6 +108,7 @@ class ScheduleAdmin(GuardedAdmin):
         "last_failed",
         "outcome",
         "stuck_detail",
+        "pause_detail",
         "kept_slot",
         "error_detail",
         "source",
@@ -114,7 +117,7 @@ class ScheduleAdmin(GuardedAdmin):
         "updated",
     )
     fieldsets = (
-        (None, {"fields": ("name", "task", "description", "enabled")}),
+        (None, {"fields": ("name", "task", "description", "enabled", "paused_note")}),
         (
             "Timing",
             {
@@ -250,6 +253,25 @@ class ScheduleAdmin(GuardedAdmin):
             obj.stuck_reason,
         )
 
+    @admin.display(description="paused", ordering="paused_at")
+    def pause(self, obj: Schedule) -> str:
+        """R36: the pause and its note; red when the schedule paused itself."""
+        said = words.pause_words(obj, clock.now())
+        if not obj.paused_on_failure:
+            return said
+        return format_html('<span style="color:#c62828">{}</span>', said)
+
+    @admin.display(description="pause")
+    def pause_detail(self, obj: Schedule) -> str:
+        """R36: the pause, and the count of failures in a row against its bound."""
+        said = words.pause_words(obj, clock.now()) or "not paused"
+        if obj.paused_on_failure:
+            said += " (it paused itself: check reports it until it is resumed)"
+        limit = pause.bound(obj.pause_after_failures, conf.settings.PAUSE_AFTER_FAILURES)
+        if limit is not None:
+            said += f"; failures in a row: {obj.failures_in_a_row or 0} of {limit}"
+        return said
+
     @admin.display(description="slot kept")
     def kept_slot(self, obj: Schedule) -> str:
         """R34, ``overlap=buffer_one``: the slot kept behind the run in flight."""
@@ -330,7 +352,15 @@ class ScheduleAdmin(GuardedAdmin):
     # --- saving -------------------------------------------------------------------------
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
-        notes = edit_rules(obj, set(form.changed_data), not change, clock.now())
+        now = clock.now()
+        if not obj.enabled and {"enabled", "paused_note"} & set(form.changed_data):
+            # R36: a person's pause, or a person's note on a pause: who and when, and
+            # an automatic pause becomes theirs (check no longer reports it)
+            if "enabled" in form.changed_data:
+                by = _paused_by(request, now)
+                obj.paused_note = f"{obj.paused_note} ({by})" if obj.paused_note else by
+            obj.paused_on_failure = None
+        notes = edit_rules(obj, set(form.changed_data), not change, now)
         super().save_model(request, obj, form, change)
         for note in notes:
             self.message_user(request, f"{obj.name}: {note}", messages.INFO)
@@ -352,7 +382,19 @@ class ScheduleAdmin(GuardedAdmin):
 
     @admin.action(description="Disable selected schedules", permissions=["change"])
     def disable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        n = queryset.update(enabled=False)
+        # R36: the note says who and when; a pause the schedule made itself becomes this
+        # person's, its own note kept after theirs (check no longer reports it)
+        note = _paused_by(request, clock.now())
+        itself = Concat(Value(f"{note}; before: "), F("paused_note"), output_field=TextField())
+        n = queryset.filter(Q(enabled=True) | Q(paused_on_failure=True)).update(
+            enabled=False,
+            paused_note=Case(
+                When(paused_on_failure=True, then=itself),
+                default=Value(note),
+                output_field=TextField(),
+            ),
+            paused_on_failure=None,
+        )
         self._log_action(request, "disable", queryset)
         self.message_user(request, f"{n} schedule(s) disabled.", messages.SUCCESS)
 
@@ -469,6 +511,11 @@ class ScheduleAdmin(GuardedAdmin):
         if row is not None and self.has_view_or_change_permission(request, row):
             extra_context["timeline"] = timeline.detail(request, row)
         return super().change_view(request, object_id, form_url, extra_context)
+
+
+def _paused_by(request: HttpRequest, now: dt.datetime) -> str:
+    """R36: a pause's note as the admin writes it."""
+    return f"paused in the admin by {request.user} at {words.absolute(now)}"
 
 
 def _entry_in_code(name: str) -> Any:

@@ -40,6 +40,7 @@ from ..models import (
     Schedule,
 )
 from ..overlap import release_kept
+from ..pausing import Ended, after_runs
 from ..validation import storable
 from . import batch_claim
 from .boots import dead_q, why_late
@@ -363,7 +364,8 @@ def mark_unpublishable(run_ids: Sequence[int], error: str, now: dt.datetime) -> 
     detail = f"{UNPUBLISHABLE}: {error}"[:300]
     with db.atomic():
         runs = Run.objects.filter(pk__in=list(run_ids), state=RunState.CLAIMED)
-        schedule_ids = list(runs.values_list("schedule_id", flat=True))
+        found = list(runs.values_list("schedule_id", "schedule__pause_after_failures"))
+        schedule_ids = [schedule_id for schedule_id, _ in found]
         runs.update(
             state=RunState.FAILED,
             failure=Failure.UNPUBLISHABLE,
@@ -375,6 +377,8 @@ def mark_unpublishable(run_ids: Sequence[int], error: str, now: dt.datetime) -> 
             last_failed_at=now, last_outcome=RunState.FAILED
         )
         release_kept(schedule_ids, now)  # R34
+        # R36: a message refused every time is a failure every time
+        after_runs((Ended(sid, own, RunState.FAILED) for sid, own in found), now)
 
 
 def _plain(due: Due, fire: Fire) -> bool:

@@ -53,6 +53,7 @@ POLICY_KEYS = {
     "max_in_flight",
     "terminate",
     "jitter",
+    "pause_after_failures",
     "retention",
     "description",
     "take_over",
@@ -110,6 +111,9 @@ class CodeEntry:
     terminate: bool = False
     #: R35: each slot sent up to this much after it; None: ``DURABLEBEAT_JITTER``
     jitter: dt.timedelta | None = None
+    #: R36: pause after this many runs in a row failed or were lost; None: the setting's,
+    #: 0: never
+    pause_after_failures: int | None = None
     #: how long the ledger keeps its runs (R32); None: ``DURABLEBEAT_RETENTION``
     retention: dt.timedelta | None = None
     description: str = ""
@@ -135,6 +139,7 @@ class CodeEntry:
         row.catch_up_window, row.overlap = self.catch_up_window, self.overlap
         row.max_in_flight, row.terminate = self.max_in_flight, self.terminate
         row.jitter = self.jitter
+        row.pause_after_failures = self.pause_after_failures
         row.retention, row.description = self.retention, self.description
         row.set_spec(self.spec)
 
@@ -287,6 +292,9 @@ def parse_entry(
         max_in_flight=read.typed(policy.get("max_in_flight"), "max_in_flight", (int,), "a number"),
         terminate=flags["terminate"],
         jitter=read.duration(policy.get("jitter"), "jitter"),
+        pause_after_failures=read.typed(
+            policy.get("pause_after_failures"), "pause_after_failures", (int,), "a number"
+        ),
         retention=read.duration(policy.get("retention"), "retention"),
         description=read.text(policy.get("description"), "description"),
         take_over=flags["take_over"],

@@ -38,6 +38,7 @@ from ..core.policy import news_overdue, no_news_bound
 from ..enums import RunState
 from ..models import Incident, Marker, Run, WorkerHeartbeat
 from ..overlap import release_kept
+from ..pausing import Ended, after_runs
 from ..worker import completion
 from .liveness import dead_reason, mark_no_news_runs, worker_seen_at
 from .loop import Loop
@@ -216,6 +217,7 @@ def reclaim(now: dt.datetime, boot_id: uuid.UUID | None) -> int:
     seen = worker_seen_at(runs)
     reclaimed: list[str] = []
     ended: list[int] = []
+    lost: list[Ended] = []
     for run in runs:
         why = dead_reason(run, seen, now)
         if why is None:
@@ -226,6 +228,7 @@ def reclaim(now: dt.datetime, boot_id: uuid.UUID | None) -> int:
         ).update(state=RunState.LOST, finished_at=now, detail=f"reclaimed: {why}"[:300])
         if moved:
             ended.append(run.schedule_id)
+            lost.append(Ended(run.schedule_id, run.schedule.pause_after_failures, RunState.LOST))
             reclaimed.append(f"{run.schedule.name} slot {run.slot.isoformat()}: {why}")
             logger.warning(
                 "lost schedule=%s slot=%s task_id=%s reason=%s",
@@ -236,6 +239,7 @@ def reclaim(now: dt.datetime, boot_id: uuid.UUID | None) -> int:
                 extra={"event": "lost", "schedule": run.schedule.name},
             )
     release_kept(ended, now)  # R34: a slot kept behind a lost run goes now
+    after_runs(lost, now)  # R36: a lost run counts as a failure in a row
     if reclaimed:
         Incident.objects.create(
             kind="reclaim",

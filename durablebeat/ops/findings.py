@@ -30,6 +30,7 @@ SEVERITIES = {
     "no_beat": Severity.CRITICAL,
     "overdue": Severity.CRITICAL,
     "stuck": Severity.CRITICAL,
+    "paused_on_failure": Severity.CRITICAL,
     "lost_runs": Severity.WARNING,
     "unresolved_runs": Severity.WARNING,
     "no_news": Severity.WARNING,

@@ -147,6 +147,33 @@ def set_aside_rows() -> QuerySet[Schedule]:
     return Schedule.objects.filter(enabled=True).exclude(error="").order_by("name")
 
 
+def paused_on_failure_rows() -> QuerySet[Schedule]:
+    """R36: the schedules that paused themselves after failures in a row, the oldest pause
+    first: check's paused_on_failure and status's part. durablebeat_paused_or_bad_idx on
+    PostgreSQL: the paused rows, not every row (R33)."""
+    rows = Schedule.objects.filter(enabled=False, paused_on_failure=True, deleted_at=None)
+    return rows.order_by("paused_at", "pk")
+
+
+def find_paused_on_failure(now: dt.datetime) -> list[Finding]:
+    """R36: critical, as ``stuck`` is: the schedule does not fire, and unlike a failing one
+    it never starts again by itself; a person fixes its task and resumes it (or pauses it
+    with a note of their own, ``api.pause_schedule``, to keep it paused)."""
+    return each_shown(
+        paused_on_failure_rows(),
+        "its pause",
+        lambda row: Finding(
+            "paused_on_failure",
+            f"{row.name}: not firing, it paused itself {ago(row.paused_at, now)} ago: "
+            f"{row.paused_note}; resume it once its task is fixed (the admin's enable, "
+            "durablebeat.api.resume_schedule)",
+            row.name,
+        ),
+        "paused_on_failure",
+        "schedules paused after failures",
+    )
+
+
 def find_bad_rows(now: dt.datetime) -> list[Finding]:
     return each_shown(
         set_aside_rows(),
@@ -199,6 +226,7 @@ FINDERS: tuple[Finder, ...] = (
     find_database_errors,
     find_overdue,
     find_stuck,
+    find_paused_on_failure,
     find_lost,
     find_unresolved,
     find_no_news,
@@ -220,6 +248,7 @@ FINDS: dict[Finder, frozenset[str]] = {
     find_database_errors: frozenset({"database_error"}),
     find_overdue: frozenset({"overdue", "bad_row"}),
     find_stuck: frozenset({"stuck", "bad_row"}),
+    find_paused_on_failure: frozenset({"paused_on_failure", "bad_row"}),
     find_lost: frozenset({"lost_runs"}),
     find_unresolved: frozenset({"unresolved_runs", "bad_row"}),
     find_no_news: frozenset({"no_news"}),

@@ -22,7 +22,15 @@ from django.db.models import Count, Q, QuerySet
 from .. import conf, db, schema
 from ..enums import RunState
 from ..models import Schedule
-from ..words import absolute, duration_words, next_fire_words, one_line, relative, schedule_words
+from ..words import (
+    absolute,
+    duration_words,
+    next_fire_words,
+    one_line,
+    pause_words,
+    relative,
+    schedule_words,
+)
 from . import health
 from .findings import COUNTED, active_schedules, count_words, counted
 
@@ -73,6 +81,11 @@ def attention(now: dt.datetime) -> list[Part]:
             "set aside (beat cannot use the row)",
             health.set_aside_rows(),  # durablebeat_paused_or_bad_idx
         ),
+        Part(
+            "paused_on_failure",
+            "paused on failure (after failures in a row: resume once fixed)",
+            health.paused_on_failure_rows(),  # durablebeat_paused_or_bad_idx (R36)
+        ),
     ]
 
 
@@ -96,7 +109,7 @@ def counts(now: dt.datetime, parts: Iterable[Part]) -> dict[str, int]:
 def counts_line(found: dict[str, int]) -> str:
     parts = ", ".join(
         f"{count_words(found[key])} {key.replace('_', ' ')}"
-        for key in ("late", "stuck", "failing", "set_aside")
+        for key in ("late", "stuck", "failing", "set_aside", "paused_on_failure")
     )
     return (
         f"schedules: {found['schedules']:,} ({found['enabled']:,} enabled, "
@@ -138,7 +151,7 @@ def _status_row(row: Schedule, now: dt.datetime) -> tuple[str, ...]:
     return (
         row.name,
         schedule_words(row),
-        "yes" if row.enabled else "no",
+        "yes" if row.enabled else f"no ({pause_words(row, now)})",
         next_fire,
         relative(row.last_completed_at, now) or "never",
         row.last_outcome or "-",
@@ -299,6 +312,11 @@ def _as_dict(row: Schedule, now: dt.datetime, part: str | None) -> dict[str, Any
         "stuck_since": at(row.stuck_since),
         "error": row.error,
         "deleted": row.deleted_at is not None,
+        # R36: the pause, its note, whether it paused itself, and the count that did it
+        "paused_at": at(row.paused_at),
+        "paused_note": row.paused_note,
+        "paused_on_failure": bool(row.paused_on_failure),
+        "failures_in_a_row": row.failures_in_a_row or 0,
     }
 
 
@@ -312,8 +330,8 @@ def status_json(
     """``status --json``: JSON Lines, each written as it is made. Without ``every`` and
     ``name``, a first line ``{"counts": ..., "counted_to": 10000, "beats": ...}``, then an
     object per schedule that needs a look (its ``"part"``: late, stuck, failing,
-    set_aside); with them, an object per schedule, in name order, never a list of them
-    all."""
+    set_aside, paused_on_failure); with them, an object per schedule, in name order, never
+    a list of them all."""
     if missing := schema.pending():
         for f in health.waiting_for_migrations(missing, now):
             yield json.dumps(f.as_dict())

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, F, Q, QuerySet, Value, When
 from django.db.models.functions import Coalesce
 
 from .. import db
 from ..enums import UNTRACKED, RunState
 from ..models import Run, Schedule
 from ..overlap import release_kept
+from ..pausing import Ended, after_runs
 from ..validation import storable
 
 #: states a start may move on from: a lost (or no-news) run that starts was alive after all,
@@ -105,12 +107,14 @@ def finish(event: Finished) -> bool:
         runs = Run.objects.filter(task_id=event.task_id, state__in=COMPLETABLE)
         if event.from_backend and runs.filter(started_at__isnull=True).exists():
             changes["detail"] = UNTRACKED  # a worker ran it, none said so (R27)
-        found = runs.values_list("schedule_id", "schedule__buffered_slot").first()
-        if found is None or not runs.update(**changes):
+        found = _move(runs, changes)
+        if found is None:
             return False
-        schedule_id, kept = found
+        schedule_id, kept, was, own_bound = found
         if kept is not None:  # R34: the slot kept behind this run goes now
             release_kept([schedule_id], event.at)
+        # R36: the count of failures in a row (a lost run that failed was counted already)
+        after_runs([Ended(schedule_id, own_bound, state, was)], event.at)
         # Only updated fields: a save() would clear the row's error and touch the rest.
         # A late reconciliation older than what is recorded moves no time back, and does
         # not overwrite the outcome of a newer completion.
@@ -123,6 +127,27 @@ def finish(event: Finished) -> bool:
             last_outcome=state
         )
     return True
+
+
+#: what ``finish`` reads of a run before it moves it: its schedule, the slot that schedule
+#: keeps (R34), the state the run moves from and the schedule's own bound (R36)
+_BEFORE = ("schedule_id", "schedule__buffered_slot", "state", "schedule__pause_after_failures")
+#: tries of ``_move``'s compare-and-set: each lost try is another writer's move of the run
+_TRIES = 3
+
+
+def _move(runs: QuerySet[Run], changes: dict[str, object]) -> tuple[Any, ...] | None:
+    """Move the run from the state it was read in (compare-and-set), so that the state it
+    moved from is known for sure (R36: a lost run's failure is not counted twice); read
+    again when another writer (the reclaim round) moved it meanwhile. ``_BEFORE``'s values,
+    or None when no run moved."""
+    for _ in range(_TRIES):
+        found = runs.values_list(*_BEFORE).first()
+        if found is None:
+            return None
+        if runs.filter(state=found[2]).update(**changes):
+            return tuple(found)
+    return None
 
 
 def is_replaced(run_id: int) -> bool:

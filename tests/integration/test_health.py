@@ -635,6 +635,11 @@ def test_every_finding_at_once_each_with_its_documented_severity(
     )
     broken = make_schedule("broken", every=60)
     Schedule.objects.filter(pk=broken.pk).update(error="every: bad")
+    flaky = make_schedule("flaky", every=60, pause_after_failures=3)
+    Schedule.objects.filter(pk=flaky.pk).update(enabled=False)  # R36: as pausing writes it
+    Schedule.objects.filter(pk=flaky.pk).update(
+        failures_in_a_row=3, paused_note="paused after 3 failures in a row", paused_on_failure=True
+    )
     from durablebeat.beat import dberrors
 
     dberrors.record("ProgrammingError: permission denied", stale.pk, t0 - MIN)

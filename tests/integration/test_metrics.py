@@ -139,6 +139,7 @@ def test_check_findings_are_exported(situation, t0):
         "no_beat": 0,
         "overdue": 0,
         "stuck": 0,
+        "paused_on_failure": 0,
         "lost_runs": 1,
         "unresolved_runs": 0,
         "no_news": 0,

@@ -109,6 +109,7 @@ def test_the_probe_runs_only_the_finders_that_report_what_it_asks(alive, t0, mon
     assert set(called) == {
         "find_overdue",
         "find_stuck",
+        "find_paused_on_failure",
         "find_unresolved",
         "find_no_success",
         "find_bad_rows",
@@ -227,7 +228,8 @@ def test_status_says_the_counts_then_what_needs_a_look(alive, make_schedule, now
     Schedule.objects.filter(name="digest-0007").update(error="unknown time zone 'Mars/Olympus'")
     lines = command("status", "--limit", "5").splitlines()
     assert lines[0] == (
-        "schedules: 34 (33 enabled, 1 paused, 0 deleted); 1 late, 1 stuck, 1 failing, 1 set aside"
+        "schedules: 34 (33 enabled, 1 paused, 0 deleted); 1 late, 1 stuck, 1 failing, "
+        "1 set aside, 0 paused on failure"
     )
     titles = [line for line in lines if line.endswith(":") and not line.startswith(" ")]
     assert [t.split(" (")[0] for t in titles] == [

@@ -218,7 +218,8 @@ def test_status_is_a_table_like_the_admin_list(make_schedule, make_boot, t0, tim
     # R33: the counts by state first, then what needs a look (here "starved", late and
     # stuck), then the schedules by name (every one, as there are fewer than --limit)
     assert lines[0] == (
-        "schedules: 3 (2 enabled, 1 paused, 0 deleted); 1 late, 1 stuck, 0 failing, 0 set aside"
+        "schedules: 3 (2 enabled, 1 paused, 0 deleted); 1 late, 1 stuck, 0 failing, "
+        "0 set aside, 0 paused on failure"
     )
     assert lines[2].startswith("late (") and lines[3].startswith("name")
     assert lines[5].startswith("starved")
