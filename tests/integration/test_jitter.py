@@ -156,7 +156,8 @@ def test_a_next_fire_moved_by_a_writer_that_knows_no_slot_fires_as_its_own_slot(
     api.add_schedules(_digests(1))
     moved = frozen + 5 * S
     with connection.cursor() as cur:
-        cur.execute("UPDATE durablebeat_schedule SET next_fire_at = %s", [moved])
+        stored = connection.ops.adapt_datetimefield_value(moved)  # as Django writes it
+        cur.execute("UPDATE durablebeat_schedule SET next_fire_at = %s", [stored])
     make_engine(hooks=[]).tick(moved)
     assert publisher.slots() == [moved]
     assert Run.objects.get().slot == moved
