@@ -1,7 +1,8 @@
 """Custom schedule objects from code (R25): a ``celery.schedules.BaseSchedule`` subclass, or
 anything with Celery's ``is_due(last_run_at)``. The beat asks the object what Celery's beat
 asks it and stores the answer as the next fire; nothing here reads the clock itself (the
-object may read its own).
+object may read its own: it is handed its last run on this host's clock, as Celery's beat
+hands it).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .clock import check_aware
+from .clock import check_aware, offset
 from .errors import InvalidSchedule
 
 __all__ = ["MIN_CUSTOM_WAIT", "Custom", "custom_label", "custom_next"]
@@ -53,7 +54,12 @@ def custom_next(spec: Custom, last_run_at: datetime, now: datetime) -> tuple[boo
     answer that is not Celery's shape is refused naming the schedule."""
     if spec.schedule is None:
         raise InvalidSchedule("schedule", f"custom schedule {spec.label} is not loaded")
-    answer = spec.schedule.is_due(check_aware(last_run_at, "last_run_at"))
+    # The object reads its own clock, this host's, as under Celery's beat, which passes the
+    # last run on that clock too: the last run, stamped on the database's clock (R26), is
+    # handed over on this host's. A few ms of difference otherwise made "last run 56.996"
+    # (just before 57 on the object's clock) read as "the run of 57 is still to come".
+    host_last_run = check_aware(last_run_at, "last_run_at") - offset()
+    answer = spec.schedule.is_due(host_last_run)
     try:
         due, seconds = answer
         wait = timedelta(seconds=float(seconds))

@@ -105,3 +105,24 @@ def test_elapsed_is_the_clock_that_counts_a_suspend_where_the_kernel_has_one():
         time.clock_gettime,
         (time.CLOCK_BOOTTIME,),
     )
+
+
+def test_a_custom_schedule_object_is_handed_its_last_run_on_this_hosts_clock():
+    """R25 + R26: the object reads this host's clock (Celery's beat passes the last run on
+    it); beat stamps the last run on the database's. With the database 5 ms behind, a run
+    stamped 56.995 ran at 57.000 here: the object is told 57.000, so "due at every
+    multiple of 3 s" does not take the run of 57 as still to come (e2e test_schedule_kinds'
+    two fires in one slot)."""
+    from durablebeat.core.custom import Custom, custom_next
+
+    seen: list[dt.datetime] = []
+
+    class Recording:
+        def is_due(self, last_run_at):
+            seen.append(last_run_at)
+            return (False, 3.0)
+
+    clock.set_offset(-5 * MS)
+    stamped = T - 5 * MS  # the database's clock, 5 ms behind this host's
+    custom_next(Custom("recording", Recording()), stamped, stamped)
+    assert seen == [T]
