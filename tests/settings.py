@@ -113,6 +113,7 @@ for _name in (
     "DEPLOY_GRACE",
     "HEARTBEAT_STALE_AFTER",
     "OVERDUE_TOLERANCE",
+    "LATE_AFTER",
 ):
     if f"DURABLEBEAT_{_name}" in os.environ:
         globals()[f"DURABLEBEAT_{_name}"] = float(os.environ[f"DURABLEBEAT_{_name}"])
