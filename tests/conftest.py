@@ -25,6 +25,47 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=later)
 
 
+#: tables a test's flush keeps: what ``migrate`` wrote and no test writes (content types and
+#: permissions, read by the admin tests), so Django's post-migrate pass need not write it again
+KEPT_BY_FLUSH = frozenset({"django_content_type", "auth_permission"})
+
+
+def _quick_sql_flush(
+    style: Any, connection: Any, reset_sequences: bool = True, allow_cascade: bool = False
+) -> list[str]:
+    """What a ``transaction=True`` test's teardown runs (Django's ``flush``): every table the
+    tests write emptied, as Django's own does, at a fraction of its cost. PostgreSQL's flush
+    is one TRUNCATE of every table, ~0.2 s on this machine whatever they hold; DELETEs of the
+    few rows a test wrote take milliseconds (Django's foreign keys there are deferred to the
+    flush's commit, so their order does not matter; MySQL's and SQLite's flushes already
+    DELETE). Issue 38: ~1,000 such tests a run."""
+    tables = [
+        t
+        for t in connection.introspection.django_table_names(
+            only_existing=True, include_views=False
+        )
+        if t not in KEPT_BY_FLUSH
+    ]
+    if connection.vendor == "postgresql" and not reset_sequences:
+        return [f"DELETE FROM {connection.ops.quote_name(t)};" for t in tables]
+    return connection.ops.sql_flush(
+        style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quick_flush() -> Any:
+    """Django's test flush through ``_quick_sql_flush``, and without its post-migrate pass:
+    that pass writes the content types and permissions again after every flush (~0.1 s),
+    and the flush keeps them."""
+    from django.core.management.commands import flush
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(flush, "sql_flush", _quick_sql_flush)
+        patch.setattr(flush, "emit_post_migrate_signal", lambda *args, **kwargs: None)
+        yield
+
+
 @pytest.fixture
 def t0() -> dt.datetime:
     return T0
