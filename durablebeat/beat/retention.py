@@ -50,6 +50,11 @@ _Row = TypeVar("_Row", bound=Model)
 ROUND_MARKER = "retention"
 #: a pruning round at most this often, across all beats
 ROUND_EVERY = dt.timedelta(seconds=10)
+#: once a pass has ended finding nothing to delete, this beat looks again only this much
+#: later: an idle beat's rounds were most of its idle CPU (issue 36), and what crosses the
+#: cutoff meanwhile goes at most this late (a busy ledger, with rows to delete at every
+#: round, keeps ``ROUND_EVERY``)
+IDLE_ROUND_EVERY = dt.timedelta(minutes=5)
 #: rows a batch deletes, in one transaction
 BATCH = 500
 #: most rows one round of beat deletes, and the longest it spends (beat prunes only when it
@@ -456,6 +461,8 @@ class RetentionRound:
             )
             self.current = None
             return
+        if not n and self.current.finished:
+            self.next_look = now + IDLE_ROUND_EVERY
         if n:
             before = self.current.before
             logger.info(

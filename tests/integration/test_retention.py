@@ -198,6 +198,28 @@ def test_a_beat_about_to_fire_does_not_prune_and_a_due_slot_is_claimed_first(
     _assert_old_gone(ledger)
 
 
+def test_a_beat_that_found_nothing_to_prune_looks_again_only_minutes_later(
+    make_engine, make_schedule, make_run
+):
+    """An idle ledger: a round that ends its pass with nothing deleted puts the next look
+    ``IDLE_ROUND_EVERY`` away (an idle beat's rounds were most of its idle CPU, issue 36);
+    a round that deleted something looks again after ``ROUND_EVERY``, and a run that
+    crossed the cutoff meanwhile goes at the later look."""
+    daily = make_schedule("daily", every=DAY, next_fire_at=NOW + H)
+    make_run(daily, RECENT)
+    engine = make_engine()
+    [hook] = engine.after_due
+    hook(engine, NOW)
+    assert hook.rounds == 1 and hook.current is not None and hook.current.finished
+    assert hook.next_look == NOW + retention.IDLE_ROUND_EVERY
+    old = make_run(daily, NOW - 30 * DAY + S)  # past the cutoff a second later
+    hook(engine, NOW + retention.ROUND_EVERY + S)
+    assert hook.rounds == 1 and Run.objects.filter(pk=old.pk).exists()
+    hook(engine, NOW + retention.IDLE_ROUND_EVERY)
+    assert hook.rounds == 2 and not Run.objects.filter(pk=old.pk).exists()
+    assert hook.next_look == NOW + retention.IDLE_ROUND_EVERY + retention.ROUND_EVERY
+
+
 @pytest.mark.parametrize(
     ("retention_setting", "own", "caught_up"),
     [
