@@ -252,10 +252,11 @@ def _an_edit_wakes_the_sleeping_scheduler(settings: Any, monkeypatch: Any) -> fl
     from durablebeat.schedulers import DurableScheduler
     from project.celery import app
 
-    settings.DURABLEBEAT_MAX_INTERVAL = 10
+    settings.DURABLEBEAT_MAX_INTERVAL = 1  # the boot's own sleep: nothing wakes it
     _many(1, dt.datetime(2030, 1, 1, tzinfo=dt.UTC))
     scheduler = DurableScheduler(app)
     scheduler.tick()  # boot: this process is now a beat, whose own writes wake nobody
+    settings.DURABLEBEAT_MAX_INTERVAL = 10  # the sleep an edit must cut short
     monkeypatch.setattr(wakeup, "_muted", False)  # the editor stands for another process
 
     def edit() -> None:
