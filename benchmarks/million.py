@@ -190,6 +190,8 @@ def run(n: int, unfilled: int, seconds: float, profile: str | None = None) -> No
         print(f"- the 2-s schedule while they were written: {lateness(start, end)}")
 
         k = min(unfilled, n)
+        if not k:  # --unfilled 0: the write alone
+            return
         ids = Schedule.objects.filter(name__startswith="digest-").order_by("pk")
         last = ids.values_list("pk", flat=True)[k - 1]
         Schedule.objects.filter(name__startswith="digest-", pk__lte=last).update(next_fire_at=None)
