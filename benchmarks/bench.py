@@ -434,6 +434,8 @@ def bench_n(r: Any, n: int, args: argparse.Namespace, floors: dict[str, list[flo
     pickups = [measure_pickup(r, f"tenant-{i + 1:06d}", max_interval) for i in range(args.repeats)]
     row("change pickup (s)", pickups, f"max_interval {max_interval:g}s")
     if args.no_burst:
+        rss = [beat.peak_rss_mib()]  # without a burst: the boot's, the idle's and the pickup's
+        row("beat peak RSS (MiB)", rss, ratio(rss, floors["beat_rss"]) + " (celery's own beat)")
         beat.stop()
         return
     bursts = [measure_burst(r, n, max_interval + 1) for _ in range(args.repeats)]
