@@ -12,7 +12,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .clock import check_aware, offset
+from .clock import check_aware, offset, shift
 from .errors import InvalidSchedule
 
 __all__ = ["MIN_CUSTOM_WAIT", "Custom", "custom_label", "custom_next"]
@@ -58,7 +58,7 @@ def custom_next(spec: Custom, last_run_at: datetime, now: datetime) -> tuple[boo
     # last run on that clock too: the last run, stamped on the database's clock (R26), is
     # handed over on this host's. A few ms of difference otherwise made "last run 56.996"
     # (just before 57 on the object's clock) read as "the run of 57 is still to come".
-    host_last_run = check_aware(last_run_at, "last_run_at") - offset()
+    host_last_run = shift(check_aware(last_run_at, "last_run_at"), -offset())
     answer = spec.schedule.is_due(host_last_run)
     try:
         due, seconds = answer

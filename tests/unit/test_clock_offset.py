@@ -126,3 +126,22 @@ def test_a_custom_schedule_object_is_handed_its_last_run_on_this_hosts_clock():
     stamped = T - 5 * MS  # the database's clock, 5 ms behind this host's
     custom_next(Custom("recording", Recording()), stamped, stamped)
     assert seen == [T]
+
+
+def test_a_custom_schedule_whose_last_run_is_at_the_calendars_edge_is_still_asked():
+    """R21: a stored last run at the first instant the calendar has, with the database's
+    clock ahead of this host's, is handed over as that first instant, never an
+    OverflowError that would set the schedule aside."""
+    from durablebeat.core.custom import Custom, custom_next
+
+    seen: list[dt.datetime] = []
+
+    class Recording:
+        def is_due(self, last_run_at):
+            seen.append(last_run_at)
+            return (False, 3.0)
+
+    clock.set_offset(5 * MS)
+    earliest = dt.datetime.min.replace(tzinfo=dt.UTC)
+    custom_next(Custom("recording", Recording()), earliest, T)
+    assert seen == [earliest]
