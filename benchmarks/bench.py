@@ -433,27 +433,23 @@ def bench_n(r: Any, n: int, args: argparse.Namespace, floors: dict[str, list[flo
     max_interval = float(os.environ.get("DURABLEBEAT_MAX_INTERVAL", "5"))
     pickups = [measure_pickup(r, f"tenant-{i + 1:06d}", max_interval) for i in range(args.repeats)]
     row("change pickup (s)", pickups, f"max_interval {max_interval:g}s")
-    if args.no_burst:
-        rss = [beat.peak_rss_mib()]  # without a burst: the boot's, the idle's and the pickup's
-        row("beat peak RSS (MiB)", rss, ratio(rss, floors["beat_rss"]) + " (celery's own beat)")
-        beat.stop()
-        return
-    bursts = [measure_burst(r, n, max_interval + 1) for _ in range(args.repeats)]
-    rates = [b["rate"] for b in bursts]
-    row(
-        "burst msgs/s (from due time)",
-        rates,
-        f"{ratio(rates, floors['send_task'])}; {ratio(rates, floors['pg_write'])} (pg writes)",
-    )
-    row("burst msgs/s (first to last)", [b["publish_rate"] for b in bursts])
-    row("burst lateness of first (s)", [b["late_first"] for b in bursts])
-    row("burst lateness of last (s)", [b["late_last"] for b in bursts])
-    row("burst duplicate slots", [b["duplicates"] for b in bursts])
-    row("burst lost slots", [b["lost"] for b in bursts])
-    rss = [beat.peak_rss_mib()]
+    if not args.no_burst:
+        bursts = [measure_burst(r, n, max_interval + 1) for _ in range(args.repeats)]
+        rates = [b["rate"] for b in bursts]
+        row(
+            "burst msgs/s (from due time)",
+            rates,
+            f"{ratio(rates, floors['send_task'])}; {ratio(rates, floors['pg_write'])} (pg writes)",
+        )
+        row("burst msgs/s (first to last)", [b["publish_rate"] for b in bursts])
+        row("burst lateness of first (s)", [b["late_first"] for b in bursts])
+        row("burst lateness of last (s)", [b["late_last"] for b in bursts])
+        row("burst duplicate slots", [b["duplicates"] for b in bursts])
+        row("burst lost slots", [b["lost"] for b in bursts])
+    rss = [beat.peak_rss_mib()]  # the boot's, the idle's, the pickup's and the bursts'
     row("beat peak RSS (MiB)", rss, ratio(rss, floors["beat_rss"]) + " (celery's own beat)")
     beat.stop()
-    if n == args.beats_at:
+    if not args.no_burst and n == args.beats_at:
         for k in args.beats:
             bench_many(r, n, k, args, floors)
 
