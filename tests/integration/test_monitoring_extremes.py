@@ -326,10 +326,10 @@ ADMIN_PAGES = (
 @pytest.mark.parametrize("zone", ["UTC", "Pacific/Kiritimati", "America/Los_Angeles"])
 def test_admin_lists_and_pages_render_every_row(extreme, admin_client, zone):
     with override_settings(TIME_ZONE=zone):
-        for url in ADMIN_PAGES:
-            response = admin_client.get(url)
+        responses = {url: admin_client.get(url) for url in ADMIN_PAGES}
+        for url, response in responses.items():
             assert response.status_code == 200, url
-        listed = admin_client.get(ADMIN_PAGES[0]).context["cl"].result_list
+        listed = responses[ADMIN_PAGES[0]].context["cl"].result_list
         assert sorted(r.name for r in listed) == names()
         for pk in Schedule.objects.values_list("pk", flat=True):
             response = admin_client.get(f"/admin/durablebeat/schedule/{pk}/change/")
