@@ -7,7 +7,6 @@ only code-defined rows, so boot cost does not grow with admin-defined schedules.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import datetime as dt
 import logging
@@ -365,19 +364,27 @@ def _with_own_values(
         return None
     if type(kwargs) not in (dict, type(None)):
         return None
-    stored_args, stored_kwargs, live = live_values.split(args or [], kwargs or {})
-    if live is not None or line_error(name) or text_error(name):
+    flat = live_values.flat(args, kwargs)  # the common case: split would keep them as given
+    if flat:
+        stored_args, stored_kwargs = list(args or ()), dict(kwargs or {})
+    else:
+        stored_args, stored_kwargs, live = live_values.split(args or [], kwargs or {})
+        if live is not None:
+            return None
+    if line_error(name) or text_error(name):
         return None
-    errors, encoded = message.check(stored_args, stored_kwargs)
+    errors, encoded = message.check(stored_args, stored_kwargs, flat=flat)
     if errors:
         return None
     try:
         _NAME_FIELD.clean(name, None)
     except ValidationError:
         return None
-    # ``dataclasses.replace`` runs ``__init__`` over every field: a copy with three set is
-    # a fifth of the cost (a million entries, R33)
-    code = copy.copy(read)
+    # ``dataclasses.replace`` runs ``__init__`` over every field, ``copy.copy`` goes
+    # through pickle's protocol: a new object given the read one's fields, then three set,
+    # is a fraction of either (a million entries, R33)
+    code = object.__new__(type(read))
+    code.__dict__.update(read.__dict__)
     object.__setattr__(code, "name", name)
     object.__setattr__(code, "args", stored_args)
     object.__setattr__(code, "kwargs", stored_kwargs)
@@ -394,7 +401,7 @@ def _shape_key(entry: Mapping[str, Any], default_timezone: str) -> Hashable | No
     try:
         return (
             default_timezone,
-            tuple(_value_key(k) for k in entry if k not in ("args", "kwargs", *IGNORED_KEYS)),
+            tuple([_value_key(k) for k in entry if k not in _NOT_SHAPE]),
             _value_key(entry.get("task")),
             _schedule_key(entry.get("schedule")),
             _value_key(entry.get("relative")),
@@ -404,18 +411,29 @@ def _shape_key(entry: Mapping[str, Any], default_timezone: str) -> Hashable | No
         return None
 
 
+#: the keys of an entry its shape leaves out: its own values, and those ``parse_entry``
+#: ignores
+_NOT_SHAPE = frozenset({"args", "kwargs", *IGNORED_KEYS})
+
+
 def _value_key(value: Any) -> Hashable:
     """A plain value as a hashable key, its types kept (1, 1.0 and True differ)."""
     kind = type(value)
-    if value is None or kind in (str, int, float, bool, dt.timedelta):
+    if kind in _SCALARS:
         return (kind, value)
     if kind is dict:
-        return (dict, tuple((_value_key(k), _value_key(v)) for k, v in value.items()))
-    if kind in (list, tuple):
-        return (kind, tuple(_value_key(item) for item in value))
-    if kind in (set, frozenset):
-        return (kind, frozenset(_value_key(item) for item in value))
+        return (dict, tuple([(_value_key(k), _value_key(v)) for k, v in value.items()]))
+    if kind is list or kind is tuple:
+        return (kind, tuple([_value_key(item) for item in value]))
+    if kind is set or kind is frozenset:
+        return (kind, frozenset([_value_key(item) for item in value]))
     raise _NotAValue
+
+
+_SCALARS = frozenset({type(None), str, int, float, bool, dt.timedelta})
+
+
+_CRONTAB_GIVEN = tuple(f"_orig_{f}" for f in timing.CRONTAB_FIELDS)
 
 
 def _schedule_key(value: Any) -> Hashable:
@@ -423,7 +441,7 @@ def _schedule_key(value: Any) -> Hashable:
     reads them (a crontab's fields as given, its zone the entry's)."""
     kind = type(value)
     if kind is crontab:
-        return (kind, *(_value_key(getattr(value, f"_orig_{f}")) for f in timing.CRONTAB_FIELDS))
+        return (kind, *[_value_key(getattr(value, f)) for f in _CRONTAB_GIVEN])
     if kind is celery_schedule:
         return (kind, _value_key(value.run_every), _value_key(value.relative))
     if kind in (int, float, dt.timedelta):

@@ -74,6 +74,29 @@ def split(
     return stored_args, stored_kwargs, live
 
 
+def flat(args: Any, kwargs: Any) -> bool:
+    """Are ``args`` (a list or None) and ``kwargs`` (a dict or None) made of JSON's scalars
+    only, under text keys a database keeps (a digest's ``{"customer_id": 42}``)? ``split``
+    then keeps them as they are with nothing in memory, and JSON encodes them as they are:
+    a writer of many entries need not walk them again (``codesync.ShapeCache``, R33)."""
+    if args is not None and (type(args) is not list or not all(map(_flat_scalar, args))):
+        return False
+    if kwargs is None:
+        return True
+    if type(kwargs) is not dict or (len(kwargs) == 1 and next(iter(kwargs)) in MARKERS):
+        return False
+    return all(type(k) is str and _storable_text(k) and _flat_scalar(v) for k, v in kwargs.items())
+
+
+def _flat_scalar(value: Any) -> bool:
+    kind = type(value)
+    if kind is str:
+        return _storable_text(value)
+    if kind is float:
+        return math.isfinite(value)
+    return value is None or kind is int or kind is bool
+
+
 def holds_code_values(value: Any) -> bool:
     """Does a stored ``args``/``kwargs`` hold a marker (a value only code has)?"""
     stack = [value]

@@ -11,10 +11,13 @@ from typing import Any
 
 import pytest
 from celery.beat import BeatLazyFunc
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from durablebeat.beat import live
 from durablebeat.beat.codesync import BadEntry, parse_entry
 from durablebeat.beat.live import COMPUTED, PYTHON, SHOWN, LiveValues
+from durablebeat.validation import MessageCheck
 
 
 def stamp(prefix: str = "") -> str:
@@ -155,3 +158,80 @@ def test_a_tuple_inside_an_argument_is_a_list_on_the_row_and_a_tuple_in_memory()
     assert (args, kwargs) == ([[1, 2]], {"pair": {"p": ["a", "b"]}})
     assert values is not None and values.evaluate() == ([(1, 2)], {"pair": {"p": ("a", "b")}})
     assert live.split((1, 2), {})[2] is None  # the args themselves: a list or tuple alike
+
+
+# --- the flat values a bulk add skips the walks for (R33) ---------------------------------
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()  # NaN and the infinities among them: JSON has neither
+    | st.text(max_size=4)  # a lone surrogate or a NUL among them: no database stores either
+)
+_KEYS = st.text(max_size=4) | st.sampled_from([PYTHON, COMPUTED]) | st.integers()
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=2) | st.tuples(inner) | st.dictionaries(_KEYS, inner, max_size=2)
+    ),
+    max_leaves=4,
+)
+
+
+@settings(max_examples=300)
+@given(
+    args=st.none() | st.lists(_SCALARS, max_size=3) | st.lists(_VALUES, max_size=3),
+    kwargs=st.none()
+    | st.dictionaries(_KEYS, _SCALARS, max_size=3)
+    | st.dictionaries(_KEYS, _VALUES, max_size=3),
+)
+def test_flat_values_are_what_split_and_the_full_check_keep_as_given(args, kwargs):
+    """``live.flat`` lets ``ShapeCache`` skip ``split`` and the check's walks: whatever it
+    calls flat, ``split`` keeps as given with nothing in memory, and the check without its
+    walks finds what the full check finds and encodes the same text."""
+    stored = (list(args or []), dict(kwargs or {}))
+    if live.flat(args, kwargs):
+        assert live.split(args or [], kwargs or {}) == (*stored, None)
+        message = MessageCheck({})
+        assert message.check(*stored, flat=True) == message.check(*stored)
+    else:
+        assert not (
+            all(_plain(v) for v in args or [])
+            and all(type(k) is str and _plain(k) and _plain(v) for k, v in (kwargs or {}).items())
+            and not (kwargs and len(kwargs) == 1 and next(iter(kwargs)) in (PYTHON, COMPUTED))
+            and type(args or []) is list
+        )
+
+
+def _plain(value: Any) -> bool:
+    """A JSON scalar a database keeps, written out the long way."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, str):
+        return "\x00" not in value and not any(0xD800 <= ord(c) <= 0xDFFF for c in value)
+    return value is None or isinstance(value, bool | int)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ([(1, 2)], None),  # a tuple: kept in memory as one (pickle)
+        ((1, 2), None),  # the args themselves a tuple
+        ([[1]], None),  # a list inside: walked
+        (None, {"n": math.nan}),
+        (None, {"s": "a\x00b"}),
+        (None, {"s": "\ud800"}),
+        (None, {1: "one"}),  # JSON would make the key "1"
+        (None, {PYTHON: "x"}),  # reads as a marker
+        (None, {"when": dt.date(2026, 1, 1)}),
+        ([decimal.Decimal(1)], None),
+    ],
+)
+def test_anything_but_json_scalars_under_text_keys_is_not_flat(args, kwargs):
+    assert not live.flat(args, kwargs)
+
+
+def test_a_digests_values_are_flat():
+    assert live.flat(None, {"customer_id": 42, "zone": "Europe/Berlin", "vip": True, "x": None})
+    assert live.flat([1, 2.5, "é"], {})
