@@ -98,6 +98,8 @@ class Engine:
     _backlog_since: dt.datetime | None = None
     #: where the fill of rows without a next fire is (a primary key; 0: from the start)
     _fill_after: int = 0
+    #: rows the fill's current pass (from the first key to the table's end) moved on
+    _fill_moved: int = 0
     #: the seconds a row of the last slice took to fill (sizes the next slice)
     _fill_row_seconds: float = 0.0
     #: the boot, the reconnects and the heartbeat (R5, R17, R23, R26)
@@ -277,12 +279,16 @@ class Engine:
             if rows:
                 self._fill_row_seconds = (time.monotonic() - sliced) / len(rows)
             customs = self.triage.customs
-            moved += sum(1 for r in rows if r.kind != Kind.CUSTOM or r.name in customs)
+            slice_moved = sum(1 for r in rows if r.kind != Kind.CUSTOM or r.name in customs)
+            moved += slice_moved
+            self._fill_moved += slice_moved
             more = True
             if len(rows) < size:
                 # the end of the table: start over, for the rows a slice passed over (it
-                # reads in no order), unless this pass started there
-                self._fill_after, more = 0, bool(after)
+                # reads in no order), unless this pass started there or moved none on (rows
+                # beat cannot move on, R25: the next pass waits for the next tick, R21)
+                more = bool(after) and self._fill_moved > 0
+                self._fill_after, self._fill_moved = 0, 0
             else:
                 self._fill_after = max(row.pk for row in rows)
             if not more or time.monotonic() - started >= budget:
@@ -290,8 +296,8 @@ class Engine:
         if wake is not None:
             delay = min(delay, sleep_until(wake, now, delay))
         if more and (moved or not self._fill_after):
-            # more to fill (or a pass to start over): straight on, after the next tick's due
-            # work; a pass that moves nothing on sleeps (R21)
+            # more to fill (or a pass that moved rows on to start over): straight on, after
+            # the next tick's due work; a round or a pass that moves nothing on sleeps (R21)
             return 0.0
         return delay
 
