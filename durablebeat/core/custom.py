@@ -15,13 +15,19 @@ from typing import Any
 from .clock import check_aware, offset, shift
 from .errors import InvalidSchedule
 
-__all__ = ["MIN_CUSTOM_WAIT", "Custom", "custom_label", "custom_next"]
+__all__ = ["CLOCK_SLACK", "MIN_CUSTOM_WAIT", "Custom", "custom_label", "custom_next"]
 
 #: the shortest wait a custom schedule's answer turns into: an object that answers "due,
 #: check again in 0 s" must not make a busy loop (R21)
 MIN_CUSTOM_WAIT = timedelta(seconds=1)
 #: the shortest "ask again" of an answer "not due": the next fire moves on, however little
 _MIN_ASK = timedelta(milliseconds=1)
+#: how far two readings of the offset to the database's clock may disagree (each is wrong
+#: by at most half its round trip, R26): a run stamped at the object's own instant through
+#: one reading (another beat's, or this one's before it measured again) and handed back
+#: through another may land that much before the instant, which the object would read as
+#: that instant's run still to come (two beats: two fires in one slot, 1 s apart)
+CLOCK_SLACK = timedelta(milliseconds=20)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +64,8 @@ def custom_next(spec: Custom, last_run_at: datetime, now: datetime) -> tuple[boo
     # last run on that clock too: the last run, stamped on the database's clock (R26), is
     # handed over on this host's. A few ms of difference otherwise made "last run 56.996"
     # (just before 57 on the object's clock) read as "the run of 57 is still to come".
-    host_last_run = shift(check_aware(last_run_at, "last_run_at"), -offset())
+    # ``CLOCK_SLACK`` later still: the stamp's reading and this one may differ by that much.
+    host_last_run = shift(shift(check_aware(last_run_at, "last_run_at"), -offset()), CLOCK_SLACK)
     answer = spec.schedule.is_due(host_last_run)
     try:
         due, seconds = answer

@@ -8,9 +8,11 @@ import datetime as dt
 import pytest
 
 from durablebeat.core import clock
+from durablebeat.core.custom import CLOCK_SLACK
 
 T = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
 MS = dt.timedelta(milliseconds=1)
+US = dt.timedelta(microseconds=1)
 S = dt.timedelta(seconds=1)
 
 
@@ -125,7 +127,29 @@ def test_a_custom_schedule_object_is_handed_its_last_run_on_this_hosts_clock():
     clock.set_offset(-5 * MS)
     stamped = T - 5 * MS  # the database's clock, 5 ms behind this host's
     custom_next(Custom("recording", Recording()), stamped, stamped)
-    assert seen == [T]
+    assert seen == [T + CLOCK_SLACK]  # and the slack two readings of the offset may differ by
+
+
+def test_a_run_stamped_through_another_beats_reading_of_the_offset_is_not_due_again():
+    """R25, R26, R4: two beats read the database's clock each with an error of a fraction
+    of a millisecond. One stamps the object's instant 33.000 through its reading (6.3 ms
+    behind); the other, reading 5.8 ms, hands it back 0.5 ms before 33.000, and an object
+    "due at every multiple of 3 s" took the run of 33 as still to come: fired again 1 s
+    later (a clean clone's e2e test_schedule_kinds, two beats: 15 fires in 12 slots)."""
+    from durablebeat.core.custom import Custom, custom_next
+
+    grid = dt.datetime(2026, 12, 7, 19, 59, 33, tzinfo=dt.UTC)  # a multiple of 3 s
+
+    class EveryThreeSeconds:
+        def is_due(self, last_run_at):
+            following = (int(last_run_at.timestamp()) // 3 + 1) * 3
+            remaining = following - (grid + 990 * MS).timestamp()  # its clock: 33.990
+            return (remaining <= 0, max(remaining, 0.0) or 3.0)
+
+    stamped = grid - 6294 * US  # the first beat's reading: the database 6.294 ms behind
+    clock.set_offset(-5800 * US)  # the second beat's reading
+    due, _ = custom_next(Custom("every-3s", EveryThreeSeconds()), stamped, grid + 984 * MS)
+    assert not due
 
 
 def test_a_custom_schedule_whose_last_run_is_at_the_calendars_edge_is_still_asked():
@@ -144,4 +168,4 @@ def test_a_custom_schedule_whose_last_run_is_at_the_calendars_edge_is_still_aske
     clock.set_offset(5 * MS)
     earliest = dt.datetime.min.replace(tzinfo=dt.UTC)
     custom_next(Custom("recording", Recording()), earliest, T)
-    assert seen == [earliest]
+    assert seen == [earliest + CLOCK_SLACK]
