@@ -396,9 +396,6 @@ def measure_burst(r: Any, n: int, lead: float, poll: float = 0.005) -> dict[str,
     return result
 
 
-# --- report ----------------------------------------------------------------------------------
-
-
 def measure_one_off(r: Any, lead: float = 1.0) -> float:
     """A one-off made from code (``api.add_schedule`` with an instant) ``lead`` seconds
     ahead, beside a running beat: seconds from its instant to its message in the queue."""
@@ -413,6 +410,9 @@ def measure_one_off(r: Any, lead: float = 1.0) -> float:
     api.delete_schedule(name, history="remove")
     r.flushdb()
     return late
+
+
+# --- report ----------------------------------------------------------------------------------
 
 
 def summary(values: list[float]) -> str:
