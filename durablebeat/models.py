@@ -597,6 +597,17 @@ class Schedule(models.Model):
             # status's failing part and the admin's outcome filter: the rows of one last
             # outcome, not every schedule (R33); changed only when a row's outcome changes
             models.Index(fields=["last_outcome"], name="durablebeat_outcome_idx"),
+            # The fill (R33): the rows without a next fire by primary key, each slice read
+            # from the last one's key on. The due index holds them under NULL in no key
+            # order, so each slice walked every row before it (at a million, 30 rows/s).
+            # PostgreSQL only: SQLite's and InnoDB's index entries end with the key, so there
+            # the due index already reads them from a key on, in key order.
+            PartialIndex(
+                fields=["id"],
+                where=Q(enabled=True, next_fire_at__isnull=True),
+                only_on=("postgresql",),
+                name="durablebeat_unfilled_idx",
+            ),
         ]
 
     def __str__(self) -> str:

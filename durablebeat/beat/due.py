@@ -161,8 +161,10 @@ def first_due(horizon: dt.datetime) -> dt.datetime | None:
 
 def has_unfilled() -> bool:
     """Is there an enabled row without a next fire (R33: a raw SQL insert, a custom
-    schedule, a new interval written while no beat ran)? Any one, unordered: the index's
-    first entry (ordered by primary key, 200,000 such rows were sorted at every tick)."""
+    schedule, a new interval written while no beat ran)? Any one, in no order (an order
+    asked of a table PostgreSQL has no statistics of yet sorted 200,000 such rows at every
+    tick): an entry of ``durablebeat_unfilled_idx`` on PostgreSQL, which holds only such
+    rows, elsewhere of the due index's NULLs."""
     sql, params = _compiled(0, _SENTINELS[0], 1, False)
     with db.connection().cursor() as cur:
         cur.execute(sql, params)
@@ -171,9 +173,12 @@ def has_unfilled() -> bool:
 
 def fetch_unfilled(after: int, limit: int, lock: bool = False) -> list[Schedule]:
     """Up to ``limit`` enabled rows without a next fire whose primary key is above
-    ``after``, in no order (an order would sort every such row for each slice): a slice of
-    what beat fills after its due work (R33), the next slice after the largest key of this
-    one; a row passed over is found by the next pass. ``lock`` as ``fetch_due``'s."""
+    ``after``, by primary key: a slice of what beat fills after its due work (R33), the next
+    slice after the largest key of this one. Read from ``after`` on through
+    ``durablebeat_unfilled_idx`` (on SQLite and MariaDB/MySQL the due index, whose entries
+    end with the key): the rows before it are not walked again. A row that loses
+    its next fire behind the slices is found by the next pass. ``lock`` as
+    ``fetch_due``'s."""
     query = _probe(0, _SENTINELS[0], limit, lock, after=after)
     sql, params = query.query.get_compiler(db.alias()).as_sql()
     with db.connection().cursor() as cur:
@@ -247,12 +252,12 @@ def _conversions(columns: tuple[str, ...]) -> tuple[list[str], list[tuple[int, l
 
 
 def _probe(
-    probe: int, horizon: dt.datetime, n: int, lock: bool, after: int = 0
+    probe: int, horizon: dt.datetime, n: int, lock: bool, after: int | None = None
 ) -> QuerySet[Schedule]:
-    if probe == 0:  # rows to fill (R33), unordered: see ``has_unfilled``
+    if probe == 0:  # rows to fill (R33): any (``has_unfilled``), or by key from ``after`` on
         query = _due_rows().filter(next_fire_at__isnull=True).order_by()
-        if after:
-            query = query.filter(pk__gt=after)
+        if after is not None:
+            query = query.filter(pk__gt=after).order_by("pk")
     else:
         query = _due_rows().filter(next_fire_at__lte=horizon).order_by("next_fire_at")
     if lock:

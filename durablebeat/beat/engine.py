@@ -284,8 +284,8 @@ class Engine:
             self._fill_moved += slice_moved
             more = True
             if len(rows) < size:
-                # the end of the table: start over, for the rows a slice passed over (it
-                # reads in no order), unless this pass started there or moved none on (rows
+                # the end of the table: start over, for the rows that lost their next fire
+                # behind the slices, unless this pass started there or moved none on (rows
                 # beat cannot move on, R25: the next pass waits for the next tick, R21)
                 more = bool(after) and self._fill_moved > 0
                 self._fill_after, self._fill_moved = 0, 0

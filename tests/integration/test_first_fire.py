@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 from celery.schedules import crontab
+from django.db import connection, transaction
 
 from durablebeat import api, first_fire
-from durablebeat.beat import codesync
+from durablebeat.beat import codesync, due
 from durablebeat.beat import engine as engine_module
 from durablebeat.beat.codesync import parse_beat_schedule
 from durablebeat.enums import Reason
@@ -253,10 +254,9 @@ def test_the_fill_is_bounded_per_tick_and_goes_on_after_each_ticks_due_work(
         filled.append(new.count())
     steps = [b - a for a, b in itertools.pairwise(filled)]
     # the first slice is FILL_SLICE rows; the next ones are sized to the time left (none
-    # here: one row each); a slice is read in no order (no sort of every row to fill), so
-    # one may come back short at the table's end, and the next pass picks up the rest
-    assert steps[0] == slice_ and all(0 <= step <= slice_ for step in steps)
-    assert len(steps) <= 2 * total
+    # here: one row each), each read by key from where the last one ended: none comes
+    # back short before the table's end
+    assert steps == [slice_] + [1] * (total - slice_)
     assert filled[-1] == total and sleeps == [0.0] * len(sleeps)  # no sleep while filling
     assert engine.tick(now + S) > 0  # all filled: beat sleeps again
     sleeps.append(0.0)
@@ -270,10 +270,11 @@ def test_a_row_the_fill_cannot_move_on_never_makes_a_busy_loop(
     make_engine: Any, publisher: Any, t0: dt.datetime, monkeypatch: Any, order: str
 ) -> None:
     """R21, R25: custom schedules of another code version stay without a next fire; the
-    fill passes them by (by primary key) and beat sleeps, however many there are. A slice
-    is read in no order: one that holds the table's last key ends the pass at once (a
-    PostgreSQL clean clone's fast loop read them so), and a pass that moved nothing on
-    starts over at the next tick, not straight away."""
+    fill passes them by (by primary key) and beat sleeps, however many there are. Whatever
+    order a slice comes back in (before ``durablebeat_unfilled_idx`` PostgreSQL read them
+    in no order, and a clean clone's fast loop once got the table's last key first, which
+    ends the pass at once), a pass that moved nothing on starts over at the next tick, not
+    straight away."""
     monkeypatch.setattr(engine_module, "FILL_SECONDS", 0.0)
     if order == "last key first":
         real = engine_module.due_query.fetch_unfilled
@@ -290,3 +291,41 @@ def test_a_row_the_fill_cannot_move_on_never_makes_a_busy_loop(
     sleeps = [engine.tick(t0 + k * S) for k in range(1, 4)]
     assert all(s > 0 for s in sleeps)
     assert Schedule.objects.filter(next_fire_at__isnull=True).count() == n
+
+
+def _plan(sql: str, params: Any) -> str:
+    """The plan a large table gets for ``sql`` (PostgreSQL: without sequential scans)."""
+    vendor = connection.vendor
+    analyze = {"sqlite": "ANALYZE", "postgresql": "ANALYZE durablebeat_schedule"}
+    with connection.cursor() as cursor:
+        cursor.execute(analyze.get(vendor, "ANALYZE TABLE durablebeat_schedule"))
+        if vendor == "postgresql":
+            cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(("EXPLAIN QUERY PLAN " if vendor == "sqlite" else "EXPLAIN ") + sql, params)
+        return "\n".join(" ".join(map(str, row)) for row in cursor.fetchall())
+
+
+def test_a_fill_slice_reads_from_the_last_ones_key_on_without_a_sort() -> None:
+    """R33: a slice of the rows to fill starts at the previous slice's key, in key order,
+    through an index that orders them by key (on PostgreSQL ``durablebeat_unfilled_idx``;
+    on SQLite and MariaDB the due index, whose entries end with the key): neither the rows
+    before it nor a sort of every row to fill. Through PostgreSQL's due index, whose NULL
+    entries are in no key order, each slice walked every row before it: at a million
+    schedules beat filled 30 rows a second."""
+    _rows_without_next_fire(300)
+    keys = sorted(Schedule.objects.filter(next_fire_at=None).values_list("pk", flat=True))
+    after = keys[99]
+    # rows written again are stored anew: out of key order in the table (and on
+    # PostgreSQL under the due index's NULL)
+    Schedule.objects.filter(pk__in=keys[100:150:2]).update(description="written again")
+    with transaction.atomic():
+        assert [row.pk for row in due.fetch_unfilled(after, 50, lock=True)] == keys[100:150]
+        query = due._probe(0, due._SENTINELS[0], 50, lock=True, after=after)
+        plan = _plan(*query.query.sql_with_params())
+    if connection.vendor == "postgresql":
+        assert "durablebeat_unfilled_idx" in plan and "Index Cond: (id > " in plan, plan
+        assert "Sort" not in plan, plan
+    elif connection.vendor == "sqlite":
+        assert "TEMP B-TREE" not in plan, plan
+    else:
+        assert "filesort" not in plan, plan
