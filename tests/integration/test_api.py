@@ -353,6 +353,35 @@ def test_paused_is_kept_or_set_as_asked_by_calls_that_share_a_transaction(frozen
 
 
 @pytest.mark.postgres_only
+def test_a_bulk_add_to_a_table_never_analyzed_leaves_its_statistics(frozen, monkeypatch):
+    """R33: ``add_schedules`` of ``ANALYZE_AFTER`` rows or more into a schedule table
+    PostgreSQL has no statistics of (a new one: ``reltuples`` -1) analyzes it before it
+    returns, inside the caller's transaction; the planner took it for a few rows until
+    autovacuum came, and beat's read of the rows to fill sorted all of them at every slice.
+    A table with statistics is left to autovacuum: a second bulk add does not analyze."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's statistics")
+    monkeypatch.setattr(api, "ANALYZE_AFTER", 5)
+
+    def reltuples() -> float:
+        with connection.cursor() as cur:
+            cur.execute("SELECT reltuples FROM pg_class WHERE relname = 'durablebeat_schedule'")
+            return cur.fetchone()[0]
+
+    with connection.cursor() as cur:  # as a new table is: never analyzed
+        cur.execute("UPDATE pg_class SET reltuples = -1 WHERE relname = 'durablebeat_schedule'")
+    api.add_schedules((f"few-{i}", digest()) for i in range(4))
+    assert reltuples() == -1  # fewer than ANALYZE_AFTER: left to autovacuum
+    with transaction.atomic():
+        api.add_schedules((f"new-{i}", digest()) for i in range(6))
+        assert reltuples() == 10  # analyzed in the caller's transaction, its rows counted
+    api.add_schedules((f"more-{i}", digest()) for i in range(6))
+    assert reltuples() == 10  # a table with statistics: not analyzed again
+
+
+@pytest.mark.postgres_only
 def test_many_copied_at_once_wake_a_listening_beat_on_commit_only(frozen):
     """R6, R29 (issue 28 item 5: picked up by a running beat without a restart): rows
     created or replaced by COPY fire the schedule table's NOTIFY as any insert or edit does,
