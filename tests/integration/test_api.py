@@ -44,6 +44,18 @@ def digest(hour: int = 8, **extra: Any) -> dict[str, Any]:
 # --- the API ------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("chunk", [10, 2])
+def test_a_name_given_twice_to_add_schedules_takes_its_last_entry(frozen, monkeypatch, chunk):
+    """As a dict of them would: the last entry of a name is the one stored, whether both
+    are in one chunk of the write or in two (``WRITE_CHUNK``)."""
+    monkeypatch.setattr(api, "WRITE_CHUNK", chunk)
+    written = api.add_schedules([("a", digest(8)), ("b", digest(8)), ("a", digest(10))])
+    hours = dict(Schedule.objects.values_list("name", "hour"))
+    assert hours == {"a": "10", "b": "8"}
+    # one chunk: two rows created; two chunks: the second replaces the first's "a"
+    assert (written.created, written.replaced) == {10: (2, 0), 2: (2, 1)}[chunk]
+
+
 def test_add_creates_then_replaces_by_name_and_a_retry_changes_nothing(frozen):
     info = api.add_schedule("digest-42", TASK, crontab(minute=0, hour=8), kwargs={"customer": 42})
     assert (info.name, info.task, info.enabled, info.source) == (
