@@ -27,25 +27,16 @@ UNFILLED = durablebeat.models.PartialIndex(
 
 
 def _forwards(apps: Any, schema_editor: Any) -> None:
-    vendor = schema_editor.connection.vendor
-    if not UNFILLED.built_on(vendor):
-        return
+    if not UNFILLED.built_on(schema_editor.connection.vendor):
+        return  # SQLite, MariaDB/MySQL: nothing (see above)
     schedule = apps.get_model("durablebeat", "Schedule")
-    if vendor == "postgresql":
-        sql = str(UNFILLED.create_sql(schedule, schema_editor, concurrently=True))
-        schema_editor.execute(sql.replace("CONCURRENTLY", "CONCURRENTLY IF NOT EXISTS", 1))
-    else:
-        schema_editor.add_index(schedule, UNFILLED)
+    sql = str(UNFILLED.create_sql(schedule, schema_editor, concurrently=True))
+    schema_editor.execute(sql.replace("CONCURRENTLY", "CONCURRENTLY IF NOT EXISTS", 1))
 
 
 def _backwards(apps: Any, schema_editor: Any) -> None:
-    vendor = schema_editor.connection.vendor
-    if not UNFILLED.built_on(vendor):
-        return
-    if vendor == "postgresql":
+    if UNFILLED.built_on(schema_editor.connection.vendor):
         schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {UNFILLED.name}")
-    else:
-        schema_editor.remove_index(apps.get_model("durablebeat", "Schedule"), UNFILLED)
 
 
 class Migration(migrations.Migration):
