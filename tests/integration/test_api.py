@@ -382,15 +382,17 @@ def test_a_bulk_add_to_a_table_never_analyzed_leaves_its_statistics(frozen, monk
             cur.execute("SELECT reltuples FROM pg_class WHERE relname = 'durablebeat_schedule'")
             return cur.fetchone()[0]
 
-    with connection.cursor() as cur:  # as a new table is: never analyzed
+    with transaction.atomic(), connection.cursor() as cur:
+        # autovacuum's own ANALYZE waits for this lock: only the writes below analyze
+        cur.execute("LOCK TABLE durablebeat_schedule IN SHARE UPDATE EXCLUSIVE MODE")
+        # as a new table is: never analyzed
         cur.execute("UPDATE pg_class SET reltuples = -1 WHERE relname = 'durablebeat_schedule'")
-    api.add_schedules((f"few-{i}", digest()) for i in range(4))
-    assert reltuples() == -1  # fewer than ANALYZE_AFTER: left to autovacuum
-    with transaction.atomic():
+        api.add_schedules((f"few-{i}", digest()) for i in range(4))
+        assert reltuples() == -1  # fewer than ANALYZE_AFTER: left to autovacuum
         api.add_schedules((f"new-{i}", digest()) for i in range(6))
         assert reltuples() == 10  # analyzed in the caller's transaction, its rows counted
-    api.add_schedules((f"more-{i}", digest()) for i in range(6))
-    assert reltuples() == 10  # a table with statistics: not analyzed again
+        api.add_schedules((f"more-{i}", digest()) for i in range(6))
+        assert reltuples() == 10  # a table with statistics: not analyzed again
 
 
 @pytest.mark.postgres_only
