@@ -20,7 +20,12 @@ from durablebeat.admin import timeline as admin_timeline
 from durablebeat.enums import Reason, RunState
 from durablebeat.models import Boot, MissedSlots, Run, Schedule
 from durablebeat.ops import timeline
-from tests.integration.test_monitoring_extremes import EXTREMES, MAX_AT, store_unchecked
+from tests.integration.test_monitoring_extremes import (
+    EXTREMES,
+    MAX_AT,
+    store_unchecked,
+    write_every_extreme,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -329,16 +334,24 @@ EDGE_WINDOWS = (
 )
 
 
-@pytest.mark.parametrize("name", sorted(EXTREMES))
-def test_every_row_renders_on_the_timeline(admin_client, t0, name):
-    EXTREMES[name](t0)
+def test_every_row_renders_on_the_timeline(admin_client, t0):
+    """Every extreme at once (a lane each, beside the canary's), in every window, the
+    calendar's edges among them."""
+    write_every_extreme(t0)
     Schedule.objects.create(name="canary", task=TASK, every=dt.timedelta(minutes=1))
+    names = sorted(Schedule.objects.values_list("name", flat=True))
     for query in EDGE_WINDOWS:
         response = admin_client.get(URL + query)
         assert response.status_code == 200, query
-        assert sorted(lane_names(response)) == sorted(
-            Schedule.objects.values_list("name", flat=True)
-        )
+        assert sorted(lane_names(response)) == names, query
+
+
+@pytest.mark.parametrize("name", sorted(EXTREMES))
+def test_each_extreme_alone_renders_its_schedule_page_and_timeline(admin_client, t0, name):
+    """A schedule's page draws its own lane (the timeline's detail): each extreme alone
+    beside the canary (every one at once, in three zones: test_monitoring_extremes)."""
+    EXTREMES[name](t0)
+    Schedule.objects.create(name="canary", task=TASK, every=dt.timedelta(minutes=1))
     for pk in Schedule.objects.values_list("pk", flat=True):
         assert admin_client.get(f"/admin/durablebeat/schedule/{pk}/change/").status_code == 200
 
