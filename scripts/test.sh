@@ -9,7 +9,7 @@
 #
 #   scripts/test.sh            everything
 #   scripts/test.sh --fast     unit and integration tests on SQLite and PostgreSQL: no e2e,
-#                              no matrix, no lint (the loop before a push, ~3.5 min)
+#                              no matrix, no lint (the loop before a push, ~2.5-3 min)
 #   scripts/test.sh ARGS...    pytest arguments for the PostgreSQL and SQLite runs (-k ...)
 #
 # Every run is parallel (pytest-xdist): each worker has its own test databases (pytest-django
@@ -20,6 +20,11 @@
 # without real processes go niced, so the e2e processes' timings get the CPU first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# Compiled modules are kept (__pycache__, which git ignores): a run starts hundreds of Python
+# processes (xdist workers, e2e beats and workers), and under PYTHONDONTWRITEBYTECODE (set on
+# the CI machine) each compiled durablebeat and the tests (pytest's assertion rewriting, ~6 s
+# a worker) again, and in the matrix cells' venvs (uv writes no .pyc) Django and Celery too.
+unset PYTHONDONTWRITEBYTECODE
 fast=0
 if [ "${1:-}" = "--fast" ]; then
     fast=1
@@ -92,11 +97,14 @@ lint() {
 
 if [ $fast = 1 ]; then
     # PostgreSQL and SQLite side by side, two workers each; the unit tests (no database)
-    # go with SQLite's, whose run is the shorter (no database server's CPU beside it)
-    DURABLEBEAT_TEST_DB=sqlite run sqlite 9 _fast_sqlite "$PY" -n 2 tests/unit tests/integration \
-        -m "not postgres_only" "$@" &
+    # go with SQLite's, whose run is the shorter (no database server's CPU beside it). A
+    # worker that runs out of tests takes some of the other's (worksteal): the tests take
+    # from milliseconds to 15 s, and an even split by count gave one worker 40 % more CPU.
+    DURABLEBEAT_TEST_DB=sqlite run sqlite 9 _fast_sqlite "$PY" -n 2 --dist worksteal \
+        tests/unit tests/integration -m "not postgres_only" "$@" &
     sqlite_pid=$!
-    DURABLEBEAT_TEST_DB=postgres run postgres 15 "" "$PY" -n 2 tests/integration "$@"
+    DURABLEBEAT_TEST_DB=postgres run postgres 15 "" "$PY" -n 2 --dist worksteal \
+        tests/integration "$@"
     status=$?
     wait "$sqlite_pid" || status=1
     echo "fast loop: $((SECONDS - start)) s"
