@@ -351,7 +351,7 @@ ADMIN_PAGES = (
 # Every extreme at once: a page renders every row of a table that holds them all (each
 # alone beside the canary: tests/integration/test_timeline.py renders its schedule's page,
 # and the tests above every other surface). One case per zone, not per extreme and
-# zone: the same rows and pages, a ninth of the requests (issue 38's fast loop).
+# zone: the same rows and pages, a sixth of the requests (issue 38's fast loop).
 @pytest.mark.parametrize("zone", ["UTC", "Pacific/Kiritimati", "America/Los_Angeles"])
 def test_admin_lists_and_pages_render_every_row(every_extreme, admin_client, zone):
     with override_settings(TIME_ZONE=zone):
