@@ -4,7 +4,7 @@
 # Redis; the integration suite on SQLite; the matrix of supported stacks
 # (docs/configuration.md, "Supported versions"), each cell in a venv of its own
 # (.venv-<cell>) with its Django pinned; the e2e restart and outage tests on MariaDB with
-# RabbitMQ. About 15 minutes on the 2-core CI machine (docs/development.md says what each
+# RabbitMQ. About 12 minutes on the 2-core CI machine (docs/development.md says what each
 # part costs). Exits non-zero when any test fails or a run collected none.
 #
 #   scripts/test.sh            everything
