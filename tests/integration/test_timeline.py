@@ -26,7 +26,6 @@ from tests.integration.test_monitoring_extremes import (
     MAX_AT,
     outcome,
     store_unchecked,
-    superuser_client,
     write_every_extreme,
 )
 
@@ -347,11 +346,10 @@ class WindowsWithEveryExtreme:
     drawn: dict[str, tuple[str, list[str]]]  # window -> ("ok" or what it did, lanes, sorted)
 
 
-def draw_every_extreme(t0: dt.datetime) -> WindowsWithEveryExtreme:
+def draw_every_extreme(client: Any, t0: dt.datetime) -> WindowsWithEveryExtreme:
     """Every edge window with every extreme at once, a lane each: written in a savepoint
     that is rolled back (the calling case's own transaction goes on)."""
     with transaction.atomic():
-        client = superuser_client()
         written = write_every_extreme(t0)
         Schedule.objects.create(name="canary", task=TASK, every=dt.timedelta(minutes=1))
         drawn = {}
@@ -377,7 +375,7 @@ def test_every_row_renders_on_the_timeline(admin_client, t0, name, windows_with_
     once, each case reading its own lanes); then this extreme alone beside the canary:
     every schedule's page, which draws its own lane (the timeline's detail)."""
     if not windows_with_every_extreme:
-        windows_with_every_extreme.append(draw_every_extreme(t0))
+        windows_with_every_extreme.append(draw_every_extreme(admin_client, t0))
     seen = windows_with_every_extreme[0]
     for query, (said, lanes) in seen.drawn.items():
         assert said == "ok", query
